@@ -1,0 +1,68 @@
+"""`ImageQuality`: IS / FID of the generator's images every N steps and at the end of training.
+
+The domain classifier of the dataset (G-PATE appendix F) is loaded from its on-disk cache, or
+trained on the real training set the first time; the metrics come from `dpgen.evaluation.fidelity`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dpgen.callbacks.downstream import EvaluationCallback, num_classes_of
+from dpgen.evaluation.fidelity import domain_classifier_for, image_quality
+
+
+class ImageQuality(EvaluationCallback):
+    """IS of `n_samples` synthetic images (uniform labels) and FID against the real `reference`
+    split ("test" or "train"). Does nothing on tabular data. `results` also names the domain
+    classifier (`classifier`: its weights hash) and gives its real test accuracy."""
+
+    name = "image_quality"
+
+    def __init__(
+        self,
+        every_n_steps: int = 0,
+        n_samples: int = 10000,
+        at_end: bool = True,
+        seed: int = 0,
+        reference: str = "test",
+        classifier_dir: str | None = None,
+        classifier_epochs: int = 3,
+        cache_root: str | None = None,
+        inception_weights: str | None = None,
+        kid: bool = False,
+    ):
+        super().__init__(every_n_steps, n_samples, at_end, seed)
+        if reference not in ("test", "train"):
+            raise ValueError(f"reference must be 'test' or 'train', got {reference!r}")
+        self.reference, self.classifier_dir, self.classifier_epochs = reference, classifier_dir, classifier_epochs
+        self.cache_root, self.inception_weights, self.kid = cache_root, inception_weights, kid
+        self.classifier = None
+        self.classifier_info: dict = {}
+
+    def load_classifier(self, trainer, pl_module) -> None:
+        dm = trainer.datamodule
+        dataset = getattr(dm, "name", None) or type(dm).__name__.lower()
+        self.classifier, self.classifier_info = domain_classifier_for(
+            dataset, dm.train_data.x, dm.train_data.y, dm.test_data.x, dm.test_data.y,
+            num_classes=num_classes_of(trainer, pl_module), directory=self.classifier_dir,
+            epochs=self.classifier_epochs, seed=self.seed, device=pl_module.device, progress=False,
+        )
+
+    def evaluate(self, trainer, pl_module) -> dict:
+        dm = trainer.datamodule
+        if dm.test_data.x.dim() != 4:
+            return {}
+        if self.classifier is None:
+            self.load_classifier(trainer, pl_module)
+        x, _ = self.synthetic(pl_module, torch.arange(self.n_samples) % num_classes_of(trainer, pl_module))
+        real = dm.test_data.x if self.reference == "test" else dm.train_data.x
+        metrics = image_quality(
+            x, real, self.classifier, inception_weights=self.inception_weights, kid=self.kid,
+            cache_root=self.cache_root, device=pl_module.device,
+        )
+        return {
+            **metrics,
+            "classifier": self.classifier_info["hash"],
+            "classifier_test_accuracy": self.classifier_info["test_accuracy"],
+        }

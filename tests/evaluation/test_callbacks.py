@@ -1,0 +1,115 @@
+import csv
+from types import SimpleNamespace
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from lightning.pytorch.loggers import CSVLogger
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from dpgen.callbacks.downstream import DownstreamUtility, flatten
+from dpgen.callbacks.image_quality import ImageQuality
+from dpgen.evaluation.fidelity import save_classifier, weights_hash
+
+
+class RealData(pl.LightningModule):
+    """An ideal 'generator': `sample(n, labels)` returns real records of the requested labels."""
+
+    def __init__(self, x, y, num_classes):
+        super().__init__()
+        self.automatic_optimization = False
+        self.weight = nn.Parameter(torch.zeros(1))
+        self.x, self.y, self.num_classes = x, y, num_classes
+
+    def sample(self, n, labels=None):
+        labels = self.y[torch.randint(len(self.y), (n,))] if labels is None else labels
+        rows = torch.empty(n, dtype=torch.long)
+        for c in labels.unique():
+            pool = (self.y == c).nonzero().ravel()
+            rows[labels == c] = pool[torch.randint(len(pool), (int((labels == c).sum()),))]
+        return self.x[rows], labels
+
+    def training_step(self, batch, batch_idx):
+        optimizer = self.optimizers()
+        self.manual_backward((self.weight - 1).pow(2).sum())
+        optimizer.step()
+        optimizer.zero_grad()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class Data(pl.LightningDataModule):
+    name = "mnist_small"
+
+    def __init__(self, train, test):
+        super().__init__()
+        self.train_data, self.test_data = SimpleNamespace(x=train[0], y=train[1]), SimpleNamespace(x=test[0], y=test[1])
+
+    def train_dataloader(self):
+        return DataLoader(TensorDataset(torch.zeros(64, 1)), batch_size=8)
+
+
+class Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def log_metrics(self, metrics, step):
+        self.calls.append((step, metrics))
+
+
+def fake_trainer(datamodule, step=7):
+    return SimpleNamespace(is_global_zero=True, global_step=step, loggers=[Recorder()], datamodule=datamodule)
+
+
+def test_flatten_keeps_numbers_only():
+    assert flatten({"a": {"b": 1, "c": "x"}, "d": 2.5, "e": True}, "p") == {"p/a/b": 1.0, "p/d": 2.5}
+
+
+def test_downstream_runs_every_n_steps_and_at_the_end_and_logs(mnist, tmp_path):
+    module = RealData(*mnist["train"], 10)
+    callback = DownstreamUtility(every_n_steps=2, n_samples=400, max_epochs=2, patience=1)
+    trainer = pl.Trainer(
+        max_steps=4, logger=CSVLogger(tmp_path, name="run"), callbacks=[callback], accelerator="cpu",
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+    )
+    trainer.fit(module, datamodule=Data(mnist["train"], mnist["test"]))
+    assert callback.results["step"] == 4 and callback.results["accuracy"] > 0.3  # real images: well above 0.1
+    with open(tmp_path / "run" / "version_0" / "metrics.csv") as f:
+        rows = [row for row in csv.DictReader(f) if row.get("downstream/accuracy")]
+    assert [int(row["step"]) for row in rows] == [2, 4, 4]  # steps 2 and 4, then the end of training
+
+
+def test_tabular_downstream_and_rng_untouched():
+    rng = np.random.default_rng(0)
+    y = torch.arange(400) % 2
+    x = torch.tensor(rng.normal(size=(400, 3)), dtype=torch.float32)
+    x[:, 0] = 2 * y - 1
+    dm = SimpleNamespace(train_data=SimpleNamespace(x=x[:300], y=y[:300]), test_data=SimpleNamespace(x=x[300:], y=y[300:]))
+    trainer = fake_trainer(dm)
+    callback = DownstreamUtility(n_samples=200)
+    state = torch.get_rng_state()
+    results = callback.run(trainer, RealData(x[:300], y[:300], 2))
+    assert torch.equal(torch.get_rng_state(), state)
+    assert results["average"]["auroc"] == 1.0 and results["step"] == 7
+    step, logged = trainer.loggers[0].calls[0]
+    assert step == 7 and logged["downstream/mlp/auroc"] == 1.0
+
+
+def test_image_quality_uses_the_cached_domain_classifier(mnist, classifier, tmp_path):
+    save_classifier(classifier, "mnist_small", tmp_path / "classifiers", {"test_accuracy": 0.9})
+    trainer = fake_trainer(Data(mnist["train"], mnist["test"]))
+    callback = ImageQuality(n_samples=500, classifier_dir=str(tmp_path / "classifiers"), cache_root=str(tmp_path / "fid"))
+    results = callback.run(trainer, RealData(*mnist["train"], 10))
+    assert results["classifier"] == weights_hash(classifier) and results["classifier_test_accuracy"] == 0.9
+    assert results["IS"] > 4 and results["FID"] < 50  # real images against real images
+    assert set(trainer.loggers[0].calls[0][1]) == {
+        "image_quality/IS", "image_quality/IS_std", "image_quality/FID", "image_quality/classifier_test_accuracy"
+    }
+
+
+def test_image_quality_skips_tables():
+    dm = SimpleNamespace(test_data=SimpleNamespace(x=torch.zeros(10, 3), y=torch.zeros(10)))
+    trainer = fake_trainer(dm)
+    assert ImageQuality().run(trainer, None) == {} and trainer.loggers[0].calls == []
