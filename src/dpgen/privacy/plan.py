@@ -1,0 +1,82 @@
+"""Budget planner: how many training steps fit (epsilon, delta) for given mechanism parameters."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import pate, pategan
+from .dpsgd import rdp_subsampled_gaussian
+from .rdp import DEFAULT_ORDERS, as_orders, eps_from_rdp
+
+MAX_STEPS = 10**12
+
+
+def steps_within_budget(rdp_per_step, orders, epsilon: float, delta: float, conversion: str = "classical") -> int:
+    """Largest n with eps(n * rdp_per_step) <= epsilon (RDP composes additively; eps grows with n).
+    Capped at MAX_STEPS; 0 when a single step is already over budget."""
+    if not epsilon > 0:
+        raise ValueError(f"epsilon must be > 0, got {epsilon}")
+    orders = as_orders(orders)
+    rdp_per_step = np.asarray(rdp_per_step, dtype=float)
+
+    def fits(n: int) -> bool:
+        return eps_from_rdp(n * rdp_per_step, orders, delta, conversion)[0] <= epsilon
+
+    if not fits(1):
+        return 0
+    low, high = 1, 2
+    while high < MAX_STEPS and fits(high):
+        low, high = high, high * 2
+    if high >= MAX_STEPS and fits(MAX_STEPS):
+        return MAX_STEPS
+    while high - low > 1:  # invariant: fits(low), not fits(high)
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return low
+
+
+def _plan(best, worst, orders, epsilon, delta, conversion, **params) -> dict:
+    return {
+        **params,
+        "epsilon": epsilon,
+        "delta": delta,
+        "conversion": conversion,
+        "best_case_steps": steps_within_budget(best, orders, epsilon, delta, conversion),
+        "worst_case_steps": steps_within_budget(worst, orders, epsilon, delta, conversion),
+    }
+
+
+def plan_confident_gnmax(teachers: int, sigma1: float, sigma2: float, threshold: float, queries_per_step: int,
+                         epsilon: float, delta: float, bins: int = 10, orders=DEFAULT_ORDERS,
+                         conversion: str = "classical") -> dict:
+    """G-PATE. threshold is a fraction of the teachers (the paper's T = 0.5). Best case: unanimous votes,
+    every query answered, data-dependent cost. Worst case: data-independent, every query answered."""
+    orders = as_orders(orders)
+    votes = np.zeros((1, bins))
+    votes[0, 0] = teachers
+    best, worst = pate.rdp_confident_gnmax_batch(votes, threshold * teachers, sigma1, sigma2, orders, [True])
+    return _plan(queries_per_step * best, queries_per_step * worst, orders, epsilon, delta, conversion,
+                 mechanism="confident_gnmax", teachers=teachers, sigma1=sigma1, sigma2=sigma2, threshold=threshold,
+                 queries_per_step=queries_per_step, bins=bins)
+
+
+def plan_laplace_pate(teachers: int, lam: float, queries_per_step: int, epsilon: float, delta: float,
+                      classes: int = 2, orders=DEFAULT_ORDERS, conversion: str = "classical") -> dict:
+    """PATE-GAN. Best case: unanimous votes (data-dependent); worst case: data-independent."""
+    orders = as_orders(orders)
+    votes = np.zeros(classes)
+    votes[0] = teachers
+    best = pategan.rdp_laplace_pate(votes, lam, orders)
+    worst = pategan.rdp_laplace_pate_data_independent(lam, orders)
+    return _plan(queries_per_step * best, queries_per_step * worst, orders, epsilon, delta, conversion,
+                 mechanism="laplace_pate", teachers=teachers, lam=lam, queries_per_step=queries_per_step,
+                 classes=classes)
+
+
+def plan_dpsgd(sample_rate: float, noise_multiplier: float, epsilon: float, delta: float, orders=DEFAULT_ORDERS,
+               conversion: str = "classical") -> dict:
+    """DP-SGD: one step per noisy gradient; best and worst case coincide."""
+    orders = as_orders(orders)
+    step = rdp_subsampled_gaussian(sample_rate, noise_multiplier, 1, orders)
+    return _plan(step, step, orders, epsilon, delta, conversion, mechanism="dpsgd", sample_rate=sample_rate,
+                 noise_multiplier=noise_multiplier)

@@ -1,0 +1,159 @@
+"""PrivacyBudget with a toy LightningModule that records fake releases.
+
+Hand numbers used throughout: one RDP order a = 2 and delta = e^-1, so the classical conversion is
+eps = rdp(2) + log(1/delta) / (2 - 1) = rdp + 1. With epsilon = 2.05 a run may spend rdp <= 1.05.
+Each step records data_dependent 0.125 and data_independent 0.25 (dyadic: sums are exact).
+"""
+
+import json
+import math
+
+import lightning.pytorch as pl
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from dpgen.callbacks import PrivacyBudget
+from dpgen.privacy import PrivacyLedger
+
+ORDERS = np.array([2.0])
+DELTA = math.exp(-1.0)
+BUDGET = 2.05
+DD, DI = 0.125, 0.25
+
+
+class Toy(pl.LightningModule):
+    def __init__(self, announce=True, private=True):
+        super().__init__()
+        self.automatic_optimization = False
+        torch.manual_seed(0)
+        self.generator = nn.Linear(2, 2)
+        self.ledger = PrivacyLedger(ORDERS) if private else None
+        self.announce = announce
+
+    def training_step(self, batch, batch_idx):
+        opt = self.optimizers()
+        opt.zero_grad()
+        self.manual_backward((self.generator(batch[0]) - 1.0).pow(2).mean())
+        opt.step()
+        if self.ledger is not None:
+            self.ledger.record("toy", {"data_dependent": np.array([DD]), "data_independent": np.array([DI])},
+                               count=3, params={"sigma": 1.0})
+
+    def step_cost_bound(self):
+        return {"data_independent": np.array([DI])} if self.announce else None
+
+    def on_train_batch_start(self, batch, batch_idx):
+        if self.trainer.should_stop:
+            return -1
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.generator.parameters(), lr=0.1)
+
+    def train_dataloader(self):
+        # identical batches: a resumed run that restarts its epoch sees the same data
+        data = torch.full((64, 2), 0.5)
+        return DataLoader(TensorDataset(data), batch_size=4)
+
+
+def trainer(tmp_path, max_steps=1000, callbacks=()):
+    return pl.Trainer(max_steps=max_steps, max_epochs=-1, accelerator="cpu", logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+                      callbacks=list(callbacks))
+
+
+def fit(tmp_path, module, budget, max_steps=1000, ckpt_path=None):
+    t = trainer(tmp_path, max_steps, [budget])
+    t.fit(module, ckpt_path=ckpt_path)
+    return t
+
+
+def test_stops_before_a_step_that_could_exceed(tmp_path):
+    # Pre-check under data_dependent with worst case 0.25: run while spent + 0.25 <= 1.05. After 7 steps
+    # spent = 0.875 and 0.875 + 0.25 = 1.125 > 1.05: stop, the 8th step never runs. eps = 1.875.
+    module = Toy()
+    t = fit(tmp_path, module, PrivacyBudget(BUDGET, DELTA))
+    assert t.global_step == 7
+    eps, order = module.ledger.epsilon(DELTA)
+    assert eps == pytest.approx(1.875) and order == 2.0
+    assert module.ledger.stop["discarded_steps"] == 0
+    report = json.loads((tmp_path / "privacy.json").read_text())
+    assert report["epsilon"] == pytest.approx(1.875)
+    assert report["governing_bound"] == "data_dependent" and report["conversion"] == "classical"
+    assert "DATA-DEPENDENT" in report["note"]
+    assert report["mechanisms"]["toy"]["count"] == 21  # 7 steps x 3 queries
+    # data-independent total 7 x 0.25 = 1.75 -> eps 2.75, reported though it did not govern
+    assert report["total"]["data_independent"]["classical"]["epsilon"] == pytest.approx(2.75)
+    assert "stopped before" in report["stop"]["reason"]
+
+
+def test_data_independent_bound_governs(tmp_path):
+    # 4 steps: 4 x 0.25 = 1.0 <= 1.05, a 5th would give 1.25.
+    module = Toy()
+    t = fit(tmp_path, module, PrivacyBudget(BUDGET, DELTA, bound="data_independent"))
+    assert t.global_step == 4
+    assert module.ledger.epsilon(DELTA, "data_independent")[0] == pytest.approx(2.0)
+
+
+def test_rolls_back_when_cost_known_only_after_the_step(tmp_path):
+    # No announced cost: steps run until spent 9 x 0.125 = 1.125 > 1.05; the 9th is rolled back, so the
+    # generator equals the one after 8 steps and the ledger says eps = 1 + 1 = 2.
+    reference = Toy()
+    fit(tmp_path / "ref", reference, PrivacyBudget(100.0, DELTA), max_steps=8)
+    module = Toy(announce=False)
+    t = fit(tmp_path, module, PrivacyBudget(BUDGET, DELTA))
+    assert t.global_step == 9
+    assert module.ledger.epsilon(DELTA)[0] == pytest.approx(2.0)
+    assert module.ledger.stop["discarded_steps"] == 1
+    for a, b in zip(module.generator.parameters(), reference.generator.parameters()):
+        assert torch.equal(a, b)
+    report = json.loads((tmp_path / "privacy.json").read_text())
+    assert report["stop"]["discarded_steps"] == 1 and "rolled back" in report["stop"]["reason"]
+
+
+@pytest.mark.parametrize("announce", [True, False])
+def test_resumed_run_ends_like_an_uninterrupted_one(tmp_path, announce):
+    whole = Toy(announce)
+    fit(tmp_path / "whole", whole, PrivacyBudget(BUDGET, DELTA))
+
+    first = Toy(announce)
+    t = fit(tmp_path / "first", first, PrivacyBudget(BUDGET, DELTA), max_steps=3)
+    ckpt = tmp_path / "first" / "interrupted.ckpt"
+    t.save_checkpoint(ckpt)
+    assert torch.load(ckpt, weights_only=True)["privacy_ledger"]["rdp"]["toy"]["count"] == 9
+    resumed = Toy(announce)
+    fit(tmp_path / "resumed", resumed, PrivacyBudget(BUDGET, DELTA), ckpt_path=ckpt)
+
+    assert resumed.ledger.epsilon(DELTA) == whole.ledger.epsilon(DELTA)
+    assert resumed.ledger.state_dict()["rdp"] == whole.ledger.state_dict()["rdp"]
+    for a, b in zip(resumed.generator.parameters(), whole.generator.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_budget_too_small_for_one_step(tmp_path):
+    # one worst-case step: 0.25 + 1 = 1.25 > 1.2
+    with pytest.raises(ValueError, match="too small"):
+        fit(tmp_path, Toy(), PrivacyBudget(1.2, DELTA))
+
+
+@pytest.mark.parametrize("epsilon, delta", [(0.0, 1e-5), (-1.0, 1e-5), (1.0, 0.0), (1.0, 1.0), (1.0, 2.0)])
+def test_invalid_budget(epsilon, delta):
+    with pytest.raises(ValueError):
+        PrivacyBudget(epsilon, delta)
+
+
+def test_min_steps_refused(tmp_path):
+    t = pl.Trainer(max_steps=5, min_steps=3, accelerator="cpu", logger=False, enable_checkpointing=False,
+                   enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+                   callbacks=[PrivacyBudget(BUDGET, DELTA)])
+    with pytest.raises(ValueError, match="min_steps"):
+        t.fit(Toy())
+
+
+def test_non_private_module_is_left_alone(tmp_path):
+    module = Toy(private=False)
+    t = fit(tmp_path, module, PrivacyBudget(BUDGET, DELTA), max_steps=20)
+    assert t.global_step == 20
+    assert not (tmp_path / "privacy.json").exists()
