@@ -14,7 +14,11 @@ class DataNotFoundError(DataError, FileNotFoundError):
     def __init__(self, dataset: str, filename: str, looked_in: list[str], how_to_get: str):
         self.dataset, self.filename, self.looked_in, self.how_to_get = dataset, filename, list(looked_in), how_to_get
         places = "\n".join(f"  - {place}" for place in self.looked_in)
-        super().__init__(f"{dataset}: cannot find {filename}.\nLooked in:\n{places}\nHow to get it: {how_to_get}")
+        self.message = f"{dataset}: cannot find {filename}.\nLooked in:\n{places}\nHow to get it: {how_to_get}"
+        super().__init__(self.message)
+
+    def __str__(self) -> str:  # OSError would format its constructor arguments as errno / strerror
+        return self.message
 
 
 class ChecksumError(DataError):

@@ -1,0 +1,123 @@
+import pytest
+import torch
+
+from dpgen.data.errors import DataConfigError, DataFormatError, DataNotFoundError
+from dpgen.data.tables import CSVDataModule, KaggleCreditDataModule
+
+CREDIT_RANGES = {"default_range": [-10.0, 10.0], "ranges": {"Amount": [0.0, 5000.0]}}  # as conf/data
+
+
+def test_credit_features_labels_and_stratified_split(credit_root):
+    dm = KaggleCreditDataModule(root=str(credit_root), **CREDIT_RANGES)
+    assert (dm.kind, dm.shape, dm.num_classes, dm.class_names) == ("table", (29,), 2, ["normal", "fraud"])
+    assert dm.feature_names[0] == "V1" and dm.feature_names[-1] == "Amount" and "Time" not in dm.feature_names
+    dm.setup()
+    # 50 rows, fraud when r % 5 == 0 -> 10 fraud, 40 normal; 20% of each class to test: 2 + 8
+    assert (len(dm.train_data), len(dm.test_data)) == (40, 10)
+    assert dm.train_data.y.sum() == 8 and dm.test_data.y.sum() == 2
+    assert dm.train_data.x.shape == (40, 29) and dm.train_data.x.dtype == torch.float32
+
+
+def test_credit_public_scaling_hand_computed(credit_root):
+    dm = KaggleCreditDataModule(root=str(credit_root), **CREDIT_RANGES)
+    dm.setup()
+    x = torch.cat([dm.train_data.x, dm.test_data.x]).double()
+    rows = (x[:, 28] * 50).round().long()  # Amount = 100 r in [0, 5000] -> r / 50
+    assert torch.equal(rows.sort().values, torch.arange(50))
+    # V1 = (r - 25) / 2, clipped to [-10, 10], then (v + 10) / 20: r = 0 -> -12.5 -> 0; r = 30 -> 2.5 -> 0.625
+    v1 = (((rows.double() - 25) / 2).clamp(-10, 10) + 10) / 20
+    assert torch.allclose(x[:, 0], v1, atol=1e-6)
+    assert torch.allclose(x[rows == 30, 0], torch.tensor([0.625], dtype=torch.double))
+    assert torch.allclose(x[rows == 0, 0], torch.tensor([0.0], dtype=torch.double))
+    assert torch.allclose(x[:, 1], torch.tensor((0.2 + 10) / 20, dtype=torch.double))  # V2 = 0.2 -> 0.51
+    back = dm.to_original(dm.train_data.x)
+    assert torch.allclose(back[:, 28], dm.train_data.x[:, 28] * 5000)  # Amount back in euros
+
+
+def test_split_is_fixed_by_split_seed_not_run_seed(credit_root):
+    a, b = (KaggleCreditDataModule(root=str(credit_root), seed=s, **CREDIT_RANGES) for s in (0, 1))
+    c = KaggleCreditDataModule(root=str(credit_root), split_seed=1, **CREDIT_RANGES)
+    for dm in (a, b, c):
+        dm.setup()
+    assert torch.equal(a.test_data.x, b.test_data.x) and not torch.equal(a.test_data.x, c.test_data.x)
+
+
+def test_missing_creditcard_csv_names_places_and_how_to_get(tmp_path):
+    dm = KaggleCreditDataModule(root=str(tmp_path), **CREDIT_RANGES)
+    with pytest.raises(DataNotFoundError) as info:
+        dm.setup()
+    message = str(info.value)
+    assert "creditcard.csv" in message and str(tmp_path / "kaggle_credit" / "creditcard.csv") in message
+    assert "kaggle.com/datasets/mlg-ulb/creditcardfraud" in message
+
+
+def write(tmp_path, text, name="t.csv"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+TABLE = "a,b,target\n0,10,yes\n5,20,no\n10,30,yes\n"
+
+
+def test_csv_fit_scaling_uses_training_min_max(tmp_path):
+    test = write(tmp_path, "a,b,target\n20,15,no\n-5,30,yes\n", "test.csv")
+    dm = CSVDataModule(path=write(tmp_path, TABLE), test_path=test, label="target", classes=["no", "yes"],
+                       scaling="fit", allow_data_dependent_preprocessing=True)
+    assert dm.feature_names == ["a", "b"] and dm.shape == (2,)
+    dm.setup()
+    # a: train min 0, max 10 -> 0, 0.5, 1; b: min 10, max 30 -> 0, 0.5, 1; labels yes=1, no=0
+    assert torch.equal(dm.train_data.x, torch.tensor([[0.0, 0.0], [0.5, 0.5], [1.0, 1.0]]))
+    assert torch.equal(dm.train_data.y, torch.tensor([1, 0, 1]))
+    # test values outside the training range are clipped: a 20 -> 1, -5 -> 0; b 15 -> 0.25
+    assert torch.equal(dm.test_data.x, torch.tensor([[1.0, 0.25], [0.0, 1.0]]))
+
+
+def test_csv_fit_scaling_refused_for_private_methods(tmp_path):
+    with pytest.raises(DataConfigError, match="rule 4"):
+        CSVDataModule(path=write(tmp_path, TABLE), label="target", classes=["no", "yes"], scaling="fit")
+
+
+def test_csv_public_scaling_needs_a_range_for_every_feature(tmp_path):
+    with pytest.raises(DataConfigError, match=r"no range for \['b'\]"):
+        CSVDataModule(path=write(tmp_path, TABLE), label="target", classes=["no", "yes"], ranges={"a": [0, 1]})
+
+
+def test_csv_missing_label_column(tmp_path):
+    with pytest.raises(DataFormatError, match="label column 'label' not found.*'a', 'b', 'target'"):
+        CSVDataModule(path=write(tmp_path, TABLE), label="label", classes=[0, 1], default_range=[0, 1])
+
+
+def test_csv_missing_feature_column(tmp_path):
+    dm = CSVDataModule(path=write(tmp_path, TABLE), label="target", classes=["no", "yes"], features=["a", "c"],
+                       default_range=[0, 1])
+    with pytest.raises(DataFormatError, match=r"column\(s\) \['c'\] not found"):
+        dm.setup()
+
+
+def test_csv_non_numeric_value_names_column_and_line(tmp_path):
+    dm = CSVDataModule(path=write(tmp_path, "a,b,target\n1,2,0\n3,abc,1\n"), label="target", classes=[0, 1],
+                       default_range=[0, 5])
+    with pytest.raises(DataFormatError, match="column 'b' has a non-numeric value 'abc' at line 3"):
+        dm.setup()
+
+
+def test_csv_nan_names_column_and_line(tmp_path):
+    dm = CSVDataModule(path=write(tmp_path, "a,b,target\n1,2,0\n3,4,1\n,5,0\n"), label="target", classes=[0, 1],
+                       default_range=[0, 5])
+    with pytest.raises(DataFormatError, match="column 'a' has a missing value \\(NaN\\) at line 4"):
+        dm.setup()
+
+
+def test_csv_unknown_label_value(tmp_path):
+    dm = CSVDataModule(path=write(tmp_path, TABLE), label="target", classes=["no", "maybe"], default_range=[0, 50])
+    with pytest.raises(DataFormatError, match="value 'yes' at line 2, not one of the configured classes"):
+        dm.setup()
+
+
+def test_csv_float_labels_match_integer_classes(tmp_path):
+    dm = CSVDataModule(path=write(tmp_path, "a,target\n1,1.0\n2,0.0\n3,1.0\n4,0.0\n5,1.0\n"), label="target",
+                       classes=[0, 1], default_range=[0, 10], test_fraction=0.4)
+    dm.setup()
+    # 2 zeros and 3 ones; test gets round(0.8) = 1 zero and round(1.2) = 1 one
+    assert sorted(dm.test_data.y.tolist()) == [0, 1] and len(dm.train_data) == 3
