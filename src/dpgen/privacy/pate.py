@@ -53,20 +53,20 @@ def _log1mexp(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def _rdp_from_log_q(log_q: np.ndarray, sigma: float, orders: np.ndarray) -> np.ndarray:
-    """Data-dependent RDP (Q, orders) of a mechanism whose data-independent RDP is eps(mu) = mu / sigma^2
-    and whose likely outcome has Pr[output != i*] <= exp(log_q): Theorem 5 of G-PATE appendix D
-    (Theorem 6 of Papernot et al. 2018) with mu2 = sigma sqrt(log 1/q), mu1 = mu2 + 1 (their Prop. 10).
-    Where a validity condition fails the data-independent value orders / sigma^2 is returned."""
+def _rdp_from_log_q(log_q: np.ndarray, variance: float, orders: np.ndarray) -> np.ndarray:
+    """Data-dependent RDP (Q, orders) of a mechanism whose data-independent RDP is eps(mu) = mu / variance
+    and whose likely outcome has Pr[output != i*] <= exp(log_q): Theorem 5 of G-PATE appendix D (Theorem 6
+    of Papernot et al. 2018) with mu2 = sqrt(variance log 1/q), mu1 = mu2 + 1 (their Prop. 10 choice).
+    Where a validity condition fails the data-independent value orders / variance is returned."""
     log_q = np.asarray(log_q, dtype=float)[:, None]
     lam = orders[None, :]
-    data_independent = np.broadcast_to(lam / sigma**2, (log_q.shape[0], lam.shape[1]))
+    data_independent = np.broadcast_to(lam / variance, (log_q.shape[0], lam.shape[1]))
     certain = np.isneginf(log_q)  # output fixed at i*: the mechanism leaks nothing at these votes
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        mu2 = sigma * np.sqrt(-log_q)
+        mu2 = np.sqrt(-variance * log_q)
         mu1 = mu2 + 1.0
-        eps1 = mu1 / sigma**2
-        eps2 = mu2 / sigma**2
+        eps1 = mu1 / variance
+        eps2 = mu2 / variance
         # Theorem 5 conditions: mu2 > 1; lambda <= mu1; q <= e^{(mu2-1) eps2} / (mu1/(mu1-1) * mu2/(mu2-1))^mu2;
         # and q e^{eps2} < 1 so that A(q, mu2, eps2) is finite and positive.
         valid = (
@@ -101,7 +101,7 @@ def rdp_gnmax(votes, sigma: float, orders) -> np.ndarray:
     """Data-dependent RDP of GNMax at these votes (Theorem 5, appendix D); never above lambda / sigma^2."""
     sigma = _check_sigma("sigma", sigma)
     log_q = _log_q_gnmax_2d(_votes_2d(np.atleast_2d(votes)), sigma)
-    return _rdp_from_log_q(log_q, sigma, as_orders(orders))[0]
+    return _rdp_from_log_q(log_q, sigma**2, as_orders(orders))[0]
 
 
 def rdp_threshold_data_independent(sigma1: float, orders) -> np.ndarray:
@@ -125,9 +125,9 @@ def log_pr_answered(votes, threshold: float, sigma1: float) -> float:
 def _rdp_threshold_2d(votes: np.ndarray, threshold: float, sigma1: float, orders: np.ndarray) -> np.ndarray:
     log_yes, log_no = _log_pr_answered_and_not(votes, threshold, sigma1)
     # The check has two outcomes; the likely one fails with probability q = min(p, 1 - p). Its
-    # data-independent RDP lambda / (2 sigma1^2) = lambda / (sqrt(2) sigma1)^2, so Theorem 5 applies with
-    # the Gaussian form above at noise sqrt(2) sigma1 (Papernot et al. 2018, section 4.1).
-    return _rdp_from_log_q(np.minimum(log_yes, log_no), np.sqrt(2.0) * sigma1, orders)
+    # data-independent RDP is lambda / (2 sigma1^2) (sensitivity 1), i.e. the Gaussian form above with
+    # variance 2 sigma1^2, "noise sqrt(2) sigma1" in Papernot et al. 2018 (section 4.1, Theorem 6).
+    return _rdp_from_log_q(np.minimum(log_yes, log_no), 2.0 * sigma1**2, orders)
 
 
 def rdp_threshold(votes, threshold: float, sigma1: float, orders) -> np.ndarray:
@@ -160,6 +160,7 @@ def rdp_confident_gnmax_batch(votes, threshold: float, sigma1: float, sigma2: fl
     data_dependent = _rdp_threshold_2d(votes, float(threshold), sigma1, orders).sum(axis=0)
     if n_answered:
         log_q = _log_q_gnmax_2d(votes[answered], sigma2)
-        data_dependent = data_dependent + _rdp_from_log_q(log_q, sigma2, orders).sum(axis=0)
+        data_dependent = data_dependent + _rdp_from_log_q(log_q, sigma2**2, orders).sum(axis=0)
     data_independent = len(votes) * orders / (2.0 * sigma1**2) + n_answered * orders / sigma2**2
-    return data_dependent, data_independent
+    # each query's data-dependent value is <= its data-independent one; the min only absorbs rounding
+    return np.minimum(data_dependent, data_independent), data_independent

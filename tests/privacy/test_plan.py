@@ -1,0 +1,48 @@
+import json
+import math
+
+import numpy as np
+import pytest
+
+from dpgen.privacy import __main__ as cli
+from dpgen.privacy.dpsgd import rdp_subsampled_gaussian
+from dpgen.privacy.plan import MAX_STEPS, plan_confident_gnmax, plan_dpsgd, steps_within_budget
+from dpgen.privacy.rdp import DEFAULT_ORDERS, eps_from_rdp
+
+DELTA = math.exp(-1.0)  # with the single order 2: eps = rdp + 1
+
+
+def test_steps_by_hand():
+    # 0.25 per step, eps 2.05 -> rdp <= 1.05 -> 4 steps
+    assert steps_within_budget([0.25], [2.0], 2.05, DELTA) == 4
+    assert steps_within_budget([0.25], [2.0], 1.2, DELTA) == 0
+    assert steps_within_budget([0.0], [2.0], 2.0, DELTA) == MAX_STEPS
+
+
+def test_confident_gnmax_worst_case_by_hand():
+    # per query, all answered: 2/(2 * 10^2) + 2/10^2 = 0.03; 10 queries per step: 0.3; rdp <= 1.05 -> 3 steps
+    plan = plan_confident_gnmax(100, 10.0, 10.0, 0.5, 10, 2.05, DELTA, orders=[2.0])
+    assert plan["worst_case_steps"] == 3
+    assert plan["best_case_steps"] >= plan["worst_case_steps"]
+
+
+def test_confident_gnmax_paper_settings():
+    # G-PATE eps = 10 on MNIST: 2000 teachers, sigma1 600, sigma2 100, T = 0.5: unanimous votes cost far less
+    plan = plan_confident_gnmax(2000, 600.0, 100.0, 0.5, 100, 10.0, 1e-5)
+    assert plan["best_case_steps"] > 10 * plan["worst_case_steps"] > 0
+
+
+def test_dpsgd_plan_is_tight():
+    plan = plan_dpsgd(0.01, 1.1, 2.0, 1e-5)
+    n = plan["worst_case_steps"]
+    eps = lambda steps: eps_from_rdp(rdp_subsampled_gaussian(0.01, 1.1, steps, DEFAULT_ORDERS), DEFAULT_ORDERS, 1e-5)[0]
+    assert eps(n) <= 2.0 < eps(n + 1)
+
+
+def test_cli(capsys):
+    result = cli.main(["plan", "confident_gnmax", "--teachers", "4000", "--sigma1", "3000", "--sigma2", "1000",
+                       "--threshold", "0.5", "--queries-per-step", "100", "--epsilon", "1", "--delta", "1e-5"])
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == result and result["worst_case_steps"] > 0
+    with pytest.raises(SystemExit):
+        cli.main(["plan", "confident_gnmax", "--teachers", "10"])
