@@ -1,0 +1,87 @@
+"""DPGradAgg: G-PATE's differentially private gradient aggregator (G-PATE section 4.2, Algorithm 2)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from dpgen.privacy.pate import (rdp_confident_gnmax_batch, rdp_gnmax_data_independent,
+                                rdp_threshold_data_independent)
+
+
+@dataclass(frozen=True)
+class DPGradAggParams:
+    """Algorithm 2 inputs. `threshold` is a fraction of the teachers (0.5 in appendix E)."""
+
+    clip: float = 1e-4
+    bins: int = 10
+    proj_dim: int = 10
+    sigma1: float = 3000.0
+    sigma2: float = 1000.0
+    threshold: float = 0.5
+
+    def __post_init__(self):
+        if self.clip <= 0 or self.bins < 2 or self.proj_dim < 1:
+            raise ValueError(f"need clip > 0, bins >= 2, proj_dim >= 1; got {self}")
+        if self.sigma1 <= 0 or self.sigma2 <= 0:
+            raise ValueError(f"noise scales must be positive, got sigma1={self.sigma1}, sigma2={self.sigma2}")
+        if not 0 < self.threshold <= 1:
+            raise ValueError(f"threshold is a fraction of the teachers in (0, 1], got {self.threshold}")
+
+
+@dataclass
+class Release:
+    """What one call spent: one Confident-GNMax query per projected coordinate of every sample."""
+
+    votes: np.ndarray        # (queries, bins) vote histograms
+    answered: np.ndarray     # (queries,) bool: passed the noisy threshold check
+    rdp: dict                # bound name -> RDP vector over the orders, summed over the queries
+
+
+def vote_histograms(projected: torch.Tensor, clip: float, bins: int) -> torch.Tensor:
+    """Algorithm 2 lines 6-7: clip each teacher's coordinate to [-c, c] and count teachers per bin of width 2c/B.
+
+    projected: (teachers, queries) -> (queries, bins) integer counts."""
+    clipped = projected.clamp(-clip, clip)
+    index = ((clipped + clip) / (2 * clip / bins)).floor().long().clamp_(0, bins - 1)
+    counts = torch.zeros(projected.shape[1], bins, dtype=torch.long, device=projected.device)
+    return counts.scatter_add_(1, index.T, torch.ones_like(index.T))
+
+
+def confident_gnmax(votes: torch.Tensor, n_teachers: int, p: DPGradAggParams, generator=None):
+    """Appendix D, Algorithm 3, per query (row): answered if max vote + N(0, s1^2) >= T * n_teachers,
+    then argmax of votes + N(0, s2^2). Returns (answered bool, chosen bin)."""
+    v = votes.to(torch.float64)
+    noise1 = torch.randn(v.shape[0], generator=generator, dtype=v.dtype, device=v.device) * p.sigma1
+    answered = v.max(1).values + noise1 >= p.threshold * n_teachers
+    noise2 = torch.randn(v.shape, generator=generator, dtype=v.dtype, device=v.device) * p.sigma2
+    return answered, (v + noise2).argmax(1)
+
+
+def dp_grad_agg(grads: torch.Tensor, p: DPGradAggParams, orders: np.ndarray, generator=None):
+    """Algorithm 2 for a batch: grads (teachers, samples, dim) -> (private gradients (samples, dim), Release).
+
+    Each sample gets a NEW projection R ~ N(0, 1/k)^(dim x k) (data-independent, so free); each of the
+    k projected coordinates is one Confident-GNMax query; unanswered coordinates are 0; the answer is the
+    midpoint of the chosen bin; back-projection is u_priv R^T (lines 3-11)."""
+    n_teachers, n_samples, dim = grads.shape
+    k = p.proj_dim
+    proj = torch.randn(n_samples, dim, k, generator=generator, dtype=grads.dtype, device=grads.device) / k**0.5
+    projected = torch.einsum("tsd,sdk->tsk", grads, proj).reshape(n_teachers, n_samples * k)
+    votes = vote_histograms(projected, p.clip, p.bins)
+    answered, chosen = confident_gnmax(votes, n_teachers, p, generator)
+    width = 2 * p.clip / p.bins
+    midpoint = -p.clip + (chosen.to(grads.dtype) + 0.5) * width
+    u_priv = torch.where(answered, midpoint, torch.zeros_like(midpoint)).view(n_samples, 1, k)
+    private = (u_priv @ proj.transpose(1, 2)).squeeze(1)
+    votes_np, answered_np = votes.cpu().numpy(), answered.cpu().numpy()
+    dep, indep = rdp_confident_gnmax_batch(votes_np, p.threshold * n_teachers, p.sigma1, p.sigma2, orders,
+                                           answered_np)
+    release = Release(votes_np, answered_np, {"data_dependent": dep, "data_independent": indep})
+    return private, release
+
+
+def worst_case_rdp(p: DPGradAggParams, n_queries: int, orders: np.ndarray) -> np.ndarray:
+    """Data-independent RDP of n_queries answered queries (threshold check + GNMax each): appendix D."""
+    return n_queries * (rdp_threshold_data_independent(p.sigma1, orders) + rdp_gnmax_data_independent(p.sigma2, orders))

@@ -1,0 +1,105 @@
+"""`python train.py method=<m> data=<d> privacy.epsilon=<eps> ...`: train one generator into its run folder."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import hydra
+import lightning.pytorch as pl
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from dpgen.callbacks.privacy_budget import PrivacyBudget
+from dpgen.callbacks.sample_grid import SampleGrid
+from dpgen.cli.common import CONF_DIR, USER_ERRORS, console, print_summary
+
+
+def build_datamodule(cfg: DictConfig):
+    return instantiate(cfg.data, batch_size=cfg.method.batch_size, n_teachers=cfg.method.n_teachers,
+                       seed=cfg.seed, allow_data_dependent_preprocessing=not cfg.method.private)
+
+
+def build_method(cfg: DictConfig, dm):
+    return instantiate(cfg.method.module, shape=dm.shape, num_classes=dm.num_classes, kind=dm.kind,
+                       _convert_="all")
+
+
+def build_callbacks(cfg: DictConfig, out: Path) -> list[pl.Callback]:
+    callbacks = [
+        pl.callbacks.RichProgressBar(),
+        pl.callbacks.ModelCheckpoint(dirpath=out / "checkpoints", save_last=True, save_top_k=0,
+                                     every_n_train_steps=cfg.checkpoint_every_n_steps),
+        SampleGrid(str(out), every_n_steps=cfg.samples.every_n_steps, per_class=cfg.samples.per_class,
+                   seed=cfg.seed),
+    ]
+    if cfg.method.private:
+        p = cfg.privacy
+        callbacks.append(PrivacyBudget(epsilon=p.epsilon, delta=p.delta, bound=p.bound, conversion=p.conversion))
+    for cb in (cfg.eval.get("callbacks") or {}).values():
+        callbacks.append(instantiate(cb))
+    return callbacks
+
+
+def build_logger(cfg: DictConfig):
+    return instantiate(cfg.logger) if cfg.logger and "_target_" in cfg.logger else False
+
+
+def save_generator(model, dm, cfg: DictConfig, path: Path) -> None:
+    torch.save({
+        "generator": model.generator.state_dict(),
+        "method": OmegaConf.to_container(cfg.method, resolve=True),
+        "data": {"name": dm.name, "shape": list(dm.shape), "num_classes": dm.num_classes, "kind": dm.kind,
+                 "class_names": list(dm.class_names)},
+        "class_probs": None if model.class_probs is None else model.class_probs.tolist(),
+    }, path)
+
+
+def privacy_report(model, cfg: DictConfig) -> dict:
+    if model.ledger is None:
+        return {"private": False, "note": "non-private method: no differential privacy guarantee"}
+    p = cfg.privacy
+    eps = {b: model.ledger.epsilon(p.delta, bound=b, conversion=p.conversion)[0] for b in model.ledger.bounds}
+    return {"private": True, "delta": p.delta, "governing_bound": p.bound, "conversion": p.conversion,
+            "epsilon": eps}
+
+
+def run(cfg: DictConfig) -> dict:
+    out = Path(cfg.output_dir)
+    pl.seed_everything(cfg.seed, workers=True)
+    dm = build_datamodule(cfg)
+    dm.prepare_data()
+    dm.setup("fit")  # bad data fails here, before any training
+    model = build_method(cfg, dm)
+    callbacks = build_callbacks(cfg, out)
+    trainer = pl.Trainer(**cfg.trainer, callbacks=callbacks, logger=build_logger(cfg), default_root_dir=str(out))
+    start = time.time()
+    trainer.fit(model, datamodule=dm, ckpt_path=cfg.resume)
+    wall = time.time() - start
+    save_generator(model, dm, cfg, out / "generator.pt")
+    results = {
+        "method": cfg.method.name, "data": cfg.data.name, "steps": trainer.global_step, "wall_time_s": round(wall, 1),
+        "losses": {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("loss")},
+        "privacy": privacy_report(model, cfg),
+    }
+    for cb in callbacks:
+        results.update(getattr(cb, "results", None) or {})
+    (out / "metrics.json").write_text(json.dumps(results, indent=2, default=float) + "\n")
+    grid = next((cb.last_path for cb in callbacks if isinstance(cb, SampleGrid)), None)
+    print_summary(out, results, grid)
+    return results
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    try:
+        run(cfg)
+    except USER_ERRORS as err:
+        console.print(f"[bold red]error:[/] {err}")
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
