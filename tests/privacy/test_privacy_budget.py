@@ -157,3 +157,22 @@ def test_non_private_module_is_left_alone(tmp_path):
     t = fit(tmp_path, module, PrivacyBudget(BUDGET, DELTA), max_steps=20)
     assert t.global_step == 20
     assert not (tmp_path / "privacy.json").exists()
+
+
+def test_checkpoints_never_hold_an_over_budget_generator(tmp_path):
+    # ModelCheckpoint saves after every step; Lightning runs it after PrivacyBudget, so the last checkpoint
+    # is the rolled-back state: 8 steps, eps 2, not the over-budget 9th step.
+    module = Toy(announce=False)
+    saver = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=1, save_top_k=-1)
+    t = pl.Trainer(max_steps=1000, max_epochs=-1, accelerator="cpu", logger=False, enable_progress_bar=False,
+                   enable_model_summary=False, default_root_dir=tmp_path, callbacks=[saver, PrivacyBudget(BUDGET, DELTA)])
+    t.fit(module)
+    for path in (tmp_path / "ckpt").glob("*.ckpt"):
+        checkpoint = torch.load(path, weights_only=True)
+        ledger = PrivacyLedger(ORDERS)
+        ledger.load_state_dict(checkpoint["privacy_ledger"])
+        assert ledger.epsilon(DELTA)[0] <= BUDGET
+    last = torch.load(max((tmp_path / "ckpt").glob("*.ckpt"), key=lambda p: p.stat().st_mtime), weights_only=True)
+    weights = {k.removeprefix("generator."): v for k, v in last["state_dict"].items()}
+    for k, v in module.generator.state_dict().items():
+        assert torch.equal(weights[k], v)
