@@ -25,7 +25,7 @@ DD, DI = 0.125, 0.25
 
 
 class Toy(pl.LightningModule):
-    def __init__(self, announce=True, private=True):
+    def __init__(self, announce="both", private=True):
         super().__init__()
         self.automatic_optimization = False
         torch.manual_seed(0)
@@ -43,7 +43,11 @@ class Toy(pl.LightningModule):
                                count=3, params={"sigma": 1.0})
 
     def step_cost_bound(self):
-        return {"data_independent": np.array([DI])} if self.announce else None
+        # announce: "both" bounds known in advance (worst case DI), "independent" only (the data-dependent
+        # cost is then known after the step), or nothing.
+        if self.announce == "both":
+            return {"data_dependent": np.array([DI]), "data_independent": np.array([DI])}
+        return {"data_independent": np.array([DI])} if self.announce == "independent" else None
 
     def on_train_batch_start(self, batch, batch_idx):
         if self.trainer.should_stop:
@@ -97,12 +101,14 @@ def test_data_independent_bound_governs(tmp_path):
     assert module.ledger.epsilon(DELTA, "data_independent")[0] == pytest.approx(2.0)
 
 
-def test_rolls_back_when_cost_known_only_after_the_step(tmp_path):
-    # No announced cost: steps run until spent 9 x 0.125 = 1.125 > 1.05; the 9th is rolled back, so the
+@pytest.mark.parametrize("announce", [None, "independent"])
+def test_rolls_back_when_cost_known_only_after_the_step(tmp_path, announce):
+    # No announced cost under the governing data_dependent bound (none at all, or only a data_independent
+    # one, as G-PATE announces): steps run until spent 9 x 0.125 = 1.125 > 1.05; the 9th is rolled back, so the
     # generator equals the one after 8 steps and the ledger says eps = 1 + 1 = 2.
     reference = Toy()
     fit(tmp_path / "ref", reference, PrivacyBudget(100.0, DELTA), max_steps=8)
-    module = Toy(announce=False)
+    module = Toy(announce=announce)
     t = fit(tmp_path, module, PrivacyBudget(BUDGET, DELTA))
     assert t.global_step == 9
     assert module.ledger.epsilon(DELTA)[0] == pytest.approx(2.0)
@@ -113,7 +119,7 @@ def test_rolls_back_when_cost_known_only_after_the_step(tmp_path):
     assert report["stop"]["discarded_steps"] == 1 and "rolled back" in report["stop"]["reason"]
 
 
-@pytest.mark.parametrize("announce", [True, False])
+@pytest.mark.parametrize("announce", ["both", None])
 def test_resumed_run_ends_like_an_uninterrupted_one(tmp_path, announce):
     whole = Toy(announce)
     fit(tmp_path / "whole", whole, PrivacyBudget(BUDGET, DELTA))
@@ -162,7 +168,7 @@ def test_non_private_module_is_left_alone(tmp_path):
 def test_checkpoints_never_hold_an_over_budget_generator(tmp_path):
     # ModelCheckpoint saves after every step; Lightning runs it after PrivacyBudget, so the last checkpoint
     # is the rolled-back state: 8 steps, eps 2, not the over-budget 9th step.
-    module = Toy(announce=False)
+    module = Toy(announce=None)
     saver = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=1, save_top_k=-1)
     t = pl.Trainer(max_steps=1000, max_epochs=-1, accelerator="cpu", logger=False, enable_progress_bar=False,
                    enable_model_summary=False, default_root_dir=tmp_path, callbacks=[saver, PrivacyBudget(BUDGET, DELTA)])

@@ -21,7 +21,8 @@ class PrivacyBudget(pl.Callback):
         `training_step`, or None for a non-private method (then this callback does nothing);
       - `generator`: the nn.Module that is released (snapshotted and restored here);
       - `step_cost_bound()`: Mapping bound -> RDP over the ledger's orders, an upper bound on what the
-        next training step can record, or None when unknown;
+        next training step can record, or None when unknown; a bound missing from the mapping (e.g. a
+        data-dependent one) is treated as known only after the step;
       - `on_train_batch_start` returns -1 when `self.trainer.should_stop` is set, so that a step refused
         here does not run (Lightning runs a batch whose callbacks set should_stop otherwise).
 
@@ -64,6 +65,11 @@ class PrivacyBudget(pl.Callback):
     def _over(self, ledger: PrivacyLedger, extra=None) -> bool:
         return self.spent(ledger, extra) > self.epsilon
 
+    def _known_cost(self, pl_module):
+        """The next step's worst-case cost under the governing bound, or None if only known afterwards."""
+        cost = pl_module.step_cost_bound()
+        return cost if cost is not None and (self.bound in cost or "gdp_mu" in cost) else None
+
     # snapshot
 
     def _take_snapshot(self, pl_module):
@@ -94,7 +100,7 @@ class PrivacyBudget(pl.Callback):
         ledger = getattr(pl_module, "ledger", None)
         if ledger is None:
             return
-        cost = pl_module.step_cost_bound()
+        cost = self._known_cost(pl_module)
         if cost is not None and self._over(PrivacyLedger(ledger.orders), cost):
             one = self.spent(PrivacyLedger(ledger.orders), cost)
             raise ValueError(
@@ -112,7 +118,7 @@ class PrivacyBudget(pl.Callback):
         ledger = getattr(pl_module, "ledger", None)
         if ledger is None:
             return
-        cost = pl_module.step_cost_bound()
+        cost = self._known_cost(pl_module)
         if cost is not None and self._over(ledger, cost):
             self._stop(trainer, pl_module, f"budget: the next step could exceed epsilon={self.epsilon:g} "
                        f"(spent {self.spent(ledger):.6g} under {self.bound}); stopped before it", 0)

@@ -51,6 +51,11 @@ class PrivateGenerator(pl.LightningModule):
     def step_cost_bound(self):
         return None
 
+    def on_train_batch_start(self, batch, batch_idx):
+        # PrivacyBudget requests a stop before a step that could exceed the budget: -1 skips that step.
+        if self.trainer.should_stop:
+            return -1
+
     @torch.no_grad()
     def sample(self, n: int, labels: torch.Tensor | None = None, batch_size: int = 1000):
         labels = self.sample_labels(n) if labels is None else labels.to(self.device)

@@ -35,8 +35,8 @@ class GPATE(PrivateGenerator):
     def step_cost_bound(self):
         if self.fake_batch is None:
             return None
-        worst = worst_case_rdp(self.agg, self.fake_batch * self.agg.proj_dim, self.orders)
-        return {"data_dependent": worst, "data_independent": worst}
+        # Worst case known in advance; the data-dependent cost is known after the step (PrivacyBudget rolls back).
+        return {"data_independent": worst_case_rdp(self.agg, self.fake_batch * self.agg.proj_dim, self.orders)}
 
     def training_step(self, batch, batch_idx):
         real_x, real_y = batch  # (teachers, b, *shape), each row from that teacher's partition only
