@@ -1,0 +1,102 @@
+import pytest
+import torch
+from torch.nn.functional import binary_cross_entropy_with_logits as bce
+
+from dpgen.nn.ensemble import TeacherEnsemble, key
+
+
+def batches(n, b, shape, classes, seed):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.rand(n, b, *shape, generator=g, dtype=torch.float64),
+            torch.randint(0, classes, (n, b), generator=g),
+            torch.rand(b, *shape, generator=g, dtype=torch.float64),
+            torch.randint(0, classes, (b,), generator=g))
+
+
+@pytest.mark.parametrize("shape, classes, steps", [((1, 28, 28), 10, 2), ((3, 64, 64), 3, 1), ((6,), 2, 2)])
+def test_same_updates_and_input_grads_as_independent_modules(shape, classes, steps):
+    """3 teachers in chunks of 2 (one partial chunk) against 3 nn.Modules with their own torch.optim.Adam."""
+    n, b = 3, 4
+    ens = TeacherEnsemble(n, shape, classes, chunk_size=2, seed=1).to(torch.float64)
+    modules = [ens.teacher(i) for i in range(n)]
+    optims = [torch.optim.Adam(m.parameters(), lr=1e-3, betas=(0.5, 0.999)) for m in modules]
+    for step in range(steps):
+        real_x, real_y, fake_x, fake_y = batches(n, b, shape, classes, seed=step)
+        losses = ens.train_step(real_x, real_y, fake_x, fake_y)
+        for i, (m, opt) in enumerate(zip(modules, optims)):
+            real, fake = m(real_x[i], real_y[i]), m(fake_x, fake_y)  # two calls: separate BN statistics
+            loss = bce(real, torch.ones_like(real)) + bce(fake, torch.zeros_like(fake))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            assert losses[i].item() == pytest.approx(loss.item(), abs=1e-12)  # loss before the step
+        grads = ens.input_grads(fake_x, fake_y)
+        assert grads.shape == (n, b, torch.Size(shape).numel())
+        for i, m in enumerate(modules):
+            for name, p in m.named_parameters():
+                # A bias right before a BatchNorm (convs.1+, fc) has a true gradient of exactly 0 and no effect
+                # on any output; Adam turns its rounding noise (~1e-17) into steps up to lr * noise / eps ~ 1e-10.
+                before_bn = name == "fc.bias" or (name.startswith("convs.") and name != "convs.0.bias"
+                                                  and name.endswith("bias"))
+                torch.testing.assert_close(getattr(ens.params, key(name))[i], p.detach(), rtol=0,
+                                           atol=1e-8 if before_bn else 1e-10)
+            x = fake_x.clone().requires_grad_()
+            out = m(x, fake_y)
+            (want,) = torch.autograd.grad(bce(out, torch.ones_like(out)), [x])  # batch-mean loss, as the reference
+            torch.testing.assert_close(grads[i], want.reshape(b, -1), rtol=0, atol=1e-12)
+
+
+def test_input_grads_are_the_summed_loss_gradient_over_b():
+    # d/dx_j mean_j' l_j' = (1/b) d/dx_j sum_j' l_j'  (b = 5), coupling through BatchNorm included
+    ens = TeacherEnsemble(2, (1, 28, 28), 10).to(torch.float64)
+    _, _, fake_x, fake_y = batches(2, 5, (1, 28, 28), 10, seed=0)
+    m = ens.teacher(1)
+    x = fake_x.clone().requires_grad_()
+    out = m(x, fake_y)
+    (summed,) = torch.autograd.grad(bce(out, torch.ones_like(out), reduction="sum"), [x])
+    torch.testing.assert_close(ens.input_grads(fake_x, fake_y)[1], summed.reshape(5, -1) / 5, rtol=0, atol=1e-14)
+
+
+def test_bf16_moments_are_rounded_copies_and_first_step_is_exact():
+    n, b = 2, 3
+    data = [t.float() if t.is_floating_point() else t for t in batches(n, b, (1, 28, 28), 10, seed=0)]
+    full = TeacherEnsemble(n, (1, 28, 28), 10, seed=3)
+    half = TeacherEnsemble(n, (1, 28, 28), 10, seed=3, moment_dtype=torch.bfloat16)
+    full.train_step(*data)
+    half.train_step(*data)
+    for name in full.shapes:
+        # step 1 updates with the widened fp32 moments: identical parameters
+        torch.testing.assert_close(getattr(half.params, key(name)), getattr(full.params, key(name)), rtol=0, atol=0)
+        # stored moments are the fp32 ones rounded to bfloat16 (round to nearest)
+        for moments in ("exp_avg", "exp_avg_sq"):
+            stored = getattr(getattr(half, moments), key(name))
+            assert stored.dtype == torch.bfloat16
+            assert torch.equal(stored, getattr(getattr(full, moments), key(name)).bfloat16())
+
+
+def test_memory_bytes_counts_parameters_and_moments():
+    ens = TeacherEnsemble(3, (1, 28, 28), 10, moment_dtype=torch.bfloat16)
+    mem = ens.memory_bytes()
+    assert mem["parameters"] == 3 * 555_655 * 4           # fp32 parameters
+    assert mem["optimizer"] == 3 * 555_655 * 2 * 2 + 8     # two bf16 moments + the int64 step
+    assert mem["total"] == mem["parameters"] + mem["optimizer"] + mem["working"] and mem["working"] > 0
+
+
+def test_state_dict_round_trip_continues_identically():
+    n, b = 3, 4
+    data = [t.float() if t.is_floating_point() else t for t in batches(n, b, (1, 28, 28), 10, seed=0)]
+    a = TeacherEnsemble(n, (1, 28, 28), 10, chunk_size=2, seed=0, moment_dtype=torch.bfloat16)
+    a.train_step(*data)
+    b_ = TeacherEnsemble(n, (1, 28, 28), 10, chunk_size=2, seed=7, moment_dtype=torch.bfloat16)
+    b_.load_state_dict(a.state_dict())
+    assert int(b_.step) == 1
+    torch.testing.assert_close(a.train_step(*data), b_.train_step(*data), rtol=0, atol=0)
+    for name in a.shapes:
+        assert torch.equal(getattr(a.params, key(name)), getattr(b_.params, key(name)))
+
+
+def test_teachers_start_different_and_seed_is_reproducible():
+    a, b_ = TeacherEnsemble(2, (1, 28, 28), 10, seed=5), TeacherEnsemble(2, (1, 28, 28), 10, seed=5)
+    assert torch.equal(a.params.fc_weight, b_.params.fc_weight)
+    assert not torch.equal(a.params.fc_weight[0], a.params.fc_weight[1])
+    assert torch.all(a.params.fc_norm_weight == 1) and torch.all(a.params.convs_0_weight.abs() <= 0.04)
