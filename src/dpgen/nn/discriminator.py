@@ -50,6 +50,11 @@ def pad_same(x: torch.Tensor) -> torch.Tensor:
     return F.pad(x, (left, right, top, bottom))
 
 
+def one_hot(y: torch.Tensor, num_classes: int, dtype: torch.dtype) -> torch.Tensor:
+    """One-hot rows of labels y (any shape), by comparison (works under torch.func.vmap, unlike F.one_hot)."""
+    return (y.unsqueeze(-1) == torch.arange(num_classes, device=y.device)).to(dtype)
+
+
 def label_maps(onehot: torch.Tensor, height: int, width: int) -> torch.Tensor:
     """The one-hot label as constant feature maps (reference: conv_cond_concat)."""
     return onehot[..., None, None].expand(*onehot.shape, height, width)
@@ -108,7 +113,7 @@ class ConditionalDiscriminator(nn.Module):
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """x: (b, *in_shape), y: (b,) int64 labels. Returns logits (b,)."""
-        onehot = F.one_hot(y, self.num_classes).to(x.dtype)
+        onehot = one_hot(y, self.num_classes, x.dtype)
         h = x
         for i, conv in enumerate(self.convs):
             h = torch.cat([h, label_maps(onehot, h.shape[-2], h.shape[-1])], 1)

@@ -16,7 +16,8 @@ from torch import nn
 from torch.nn import functional as F
 from torch.optim.adam import adam
 
-from dpgen.nn.discriminator import ConditionalDiscriminator, init_parameter, label_map_response, pad_same
+from dpgen.nn.discriminator import (ConditionalDiscriminator, init_parameter, label_map_response, one_hot,
+                                    pad_same)
 
 
 def key(name: str) -> str:
@@ -77,7 +78,7 @@ class TeacherEnsemble(nn.Module):
         (`label_map_response`) that is added instead of convolved."""
         n, batch = x.shape[:2]
         b = batch // groups
-        onehot = F.one_hot(y, self.num_classes).to(x.dtype)  # (T, B, K)
+        onehot = one_hot(y, self.num_classes, x.dtype)  # (T, B, K)
         h = x.reshape(n, groups, b, -1).permute(2, 1, 0, 3)  # (b, G, T, features)
         for i in range(len(self.channels)):
             weight, bias = theta[f"convs.{i}.weight"], theta[f"convs.{i}.bias"]
@@ -91,7 +92,7 @@ class TeacherEnsemble(nn.Module):
             h = h.view(b, groups, n, -1, *h.shape[-2:]) + labels.permute(2, 1, 0, 3, 4, 5)
             if i > 0:  # one BatchNorm channel per (group, teacher, channel): statistics over (b, H', W')
                 gamma, beta = theta[f"conv_norms.{i - 1}.weight"], theta[f"conv_norms.{i - 1}.bias"]
-                h = F.batch_norm(h.view(b, -1, *h.shape[-2:]), None, None,
+                h = F.batch_norm(h.reshape(b, -1, *h.shape[-2:]), None, None,
                                  gamma.expand(groups, *gamma.shape).reshape(-1),
                                  beta.expand(groups, *beta.shape).reshape(-1), True, 0.0, self.bn_eps)
             h = F.leaky_relu(h, self.negative_slope)
@@ -156,7 +157,8 @@ class TeacherEnsemble(nn.Module):
             torch._foreach_copy_(m_work, m)
             torch._foreach_copy_(v_work, v)
         grads = [g.contiguous() for g in grads]  # the fused kernel assumes the parameters' layout
-        steps = [torch.full((), float(self.step - 1), dtype=torch.float32, device=self.device) for _ in params]  # adam() adds 1
+        # one step tensor per parameter (adam() adds 1 to each before using it)
+        steps = [torch.full((), float(self.step - 1), dtype=torch.float32, device=self.device) for _ in params]
         adam(params, grads, m_work, v_work, [], steps, foreach=False, fused=True, amsgrad=False,
              beta1=self.betas[0], beta2=self.betas[1], lr=self.lr, weight_decay=0.0, eps=self.eps,
              maximize=False, capturable=False, differentiable=False, grad_scale=None, found_inf=None,

@@ -1,0 +1,203 @@
+"""G-PATE teacher ensemble (MNIST reference teachers, batch 15): speed, memory, and bf16 vs fp32 Adam moments.
+
+python -m benchmarks ensemble [--quick]. Each ensemble size runs in its own process so that its peak RSS is
+its own. The naive loop (one nn.Module + torch.optim.Adam per teacher) is timed on a few teachers and
+extrapolated; torch.func.vmap is timed on one chunk's gradients against the grouped implementation.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import torch
+from torch.func import functional_call, grad, vmap
+from torch.nn.functional import binary_cross_entropy_with_logits as bce
+
+from dpgen.aggregation.dpgradagg import vote_histograms
+from dpgen.nn.discriminator import ConditionalDiscriminator
+from dpgen.nn.ensemble import TeacherEnsemble, key
+
+SHAPE, CLASSES, BATCH = (1, 28, 28), 10, 15
+GB = 1e9
+
+
+def data(n: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.rand(n, BATCH, *SHAPE, generator=g), torch.randint(0, CLASSES, (n, BATCH), generator=g),
+            torch.rand(BATCH, *SHAPE, generator=g), torch.randint(0, CLASSES, (BATCH,), generator=g))
+
+
+def iteration(ens: TeacherEnsemble, batch) -> float:
+    """Seconds of one teacher iteration of G-PATE: train_step then input_grads."""
+    start = time.perf_counter()
+    ens.train_step(*batch)
+    ens.input_grads(*batch[2:])
+    return time.perf_counter() - start
+
+
+def naive_loop_seconds_per_teacher(k: int = 4) -> float:
+    """One nn.Module and one torch.optim.Adam per teacher, the same work per teacher as `iteration`."""
+    real_x, real_y, fake_x, fake_y = data(k, seed=1)
+    teachers = [ConditionalDiscriminator(SHAPE, CLASSES) for _ in range(k)]
+    optims = [torch.optim.Adam(t.parameters(), lr=1e-3, betas=(0.5, 0.999)) for t in teachers]
+
+    def run():
+        for i, (d, opt) in enumerate(zip(teachers, optims)):
+            real, fake = d(real_x[i], real_y[i]), d(fake_x, fake_y)
+            loss = bce(real, torch.ones_like(real)) + bce(fake, torch.zeros_like(fake))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            x = fake_x.clone().requires_grad_()
+            out = d(x, fake_y)
+            torch.autograd.grad(bce(out, torch.ones_like(out)), [x])
+    run()
+    start = time.perf_counter()
+    run()
+    return (time.perf_counter() - start) / k
+
+
+def chunk_grad_seconds(ens: TeacherEnsemble, n: int = 50) -> tuple[float, float]:
+    """Parameter gradients of one n-teacher chunk (real + fake forward, backward): grouped vs torch.func.vmap."""
+    real_x, real_y, fake_x, fake_y = data(n, seed=2)
+    theta = {name: p.detach().requires_grad_() for name, p in ens.stacked(ens.params, 0, n).items()}
+    x = torch.cat([real_x, fake_x.expand(n, *fake_x.shape)], 1)
+    y = torch.cat([real_y, fake_y.expand(n, BATCH)], 1)
+    target = torch.cat([torch.ones(BATCH), torch.zeros(BATCH)])
+
+    def grouped():
+        logit = ens.logits(theta, x, y, groups=2)
+        loss = bce(logit, target.expand_as(logit), reduction="none").view(n, 2, BATCH).mean(2).sum()
+        return torch.autograd.grad(loss, list(theta.values()))
+
+    template = ConditionalDiscriminator(SHAPE, CLASSES)
+
+    def one_teacher_loss(params, rx, ry):
+        real = functional_call(template, params, (rx, ry))
+        fake = functional_call(template, params, (fake_x, fake_y))
+        return bce(real, torch.ones_like(real)) + bce(fake, torch.zeros_like(fake))
+
+    per_teacher = vmap(grad(one_teacher_loss))
+    plain = {name: p.detach() for name, p in theta.items()}
+
+    def vmapped():
+        return per_teacher(plain, real_x, real_y)
+
+    seconds = []
+    for f in (grouped, vmapped):
+        f()
+        start = time.perf_counter()
+        f()
+        seconds.append(time.perf_counter() - start)
+    return seconds[0], seconds[1]
+
+
+def case(n: int, with_loop: bool) -> dict:
+    """One ensemble size, in this process: build, iterate, measure."""
+    start = time.perf_counter()
+    ens = TeacherEnsemble(n, SHAPE, CLASSES, moment_dtype=torch.bfloat16)
+    build = time.perf_counter() - start
+    batch = data(n)
+    times = [iteration(ens, batch) for _ in range(1 if n >= 4000 else 2)]
+    out = {"teachers": n, "build_s": build, "iteration_s": times[-1], "first_iteration_s": times[0],
+           "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # before loop / vmap
+           "memory_bytes": ens.memory_bytes(BATCH), "load_average": os.getloadavg()}
+    if with_loop:
+        out["loop_s_per_teacher"] = naive_loop_seconds_per_teacher()
+        out["chunk_grad_grouped_s"], out["chunk_grad_vmap_s"] = chunk_grad_seconds(ens)
+    return out
+
+
+def drift(n: int = 10, steps: int = 100) -> dict:
+    """Train n teachers for `steps` iterations three times on the same data stream: fp32 moments, bf16 moments,
+    and fp32 moments from an initialisation perturbed by 1e-7 (relative; the chaos floor). Compare parameters
+    and the teachers' DPGradAgg votes (k = 10 projections, c = 1e-4, B = 10 bins) on a fixed fake batch."""
+    g = torch.Generator().manual_seed(0)
+    prototypes = torch.rand(CLASSES, *SHAPE, generator=g)  # class-conditional "real" data: prototype + noise
+    stream = []
+    for _ in range(steps):
+        real_y = torch.randint(0, CLASSES, (n, BATCH), generator=g)
+        fake_y = torch.randint(0, CLASSES, (BATCH,), generator=g)
+        real_x = (prototypes[real_y] + 0.1 * torch.randn(n, BATCH, *SHAPE, generator=g)).clamp(0, 1)
+        fake_x = (prototypes[fake_y] + 0.4 * torch.randn(BATCH, *SHAPE, generator=g)).clamp(0, 1)
+        stream.append((real_x, real_y, fake_x, fake_y))
+    probe_y = torch.arange(BATCH) % CLASSES
+    probe_x = (prototypes[probe_y] + 0.4 * torch.randn(BATCH, *SHAPE, generator=g)).clamp(0, 1)
+    proj = torch.randn(BATCH, 784, 10, generator=g) / 10 ** 0.5
+
+    def run(moment_dtype, perturb):
+        ens = TeacherEnsemble(n, SHAPE, CLASSES, moment_dtype=moment_dtype, seed=0)
+        if perturb:
+            for p in ens.params.buffers():
+                p.mul_(1 + 1e-7 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1)))
+        start = torch.cat([p.flatten() for p in ens.params.buffers()])
+        losses = [ens.train_step(*batch).mean().item() for batch in stream]
+        end = torch.cat([p.flatten() for p in ens.params.buffers()])
+        projected = torch.einsum("tsd,sdk->tsk", ens.input_grads(probe_x, probe_y), proj).reshape(n, -1)
+        return start, end, losses, projected
+
+    base_start, base_end, base_losses, base_proj = run(torch.float32, False)
+    result = {"teachers": n, "steps": steps, "fp32_final_loss": sum(base_losses[-10:]) / 10}
+    for name, moment_dtype, perturb in (("bf16", torch.bfloat16, False), ("fp32_perturbed", torch.float32, True)):
+        _, end, losses, projected = run(moment_dtype, perturb)
+        result[name] = {
+            "param_drift_rel": ((end - base_end).norm() / (base_end - base_start).norm()).item(),
+            "final_loss": sum(losses[-10:]) / 10,
+            "votes_changed": (vote_bins(projected) != vote_bins(base_proj)).float().mean().item(),
+            "plurality_changed": (vote_histograms(projected, 1e-4, 10).argmax(1)
+                                  != vote_histograms(base_proj, 1e-4, 10).argmax(1)).float().mean().item(),
+        }
+    return result
+
+
+def vote_bins(projected: torch.Tensor, clip: float = 1e-4, bins: int = 10) -> torch.Tensor:
+    """The bin each teacher votes for (Algorithm 2: clip to [-c, c], bins of width 2c/B)."""
+    return ((projected.clamp(-clip, clip) + clip) / (2 * clip / bins)).floor().clamp(max=bins - 1)
+
+
+def table(rows: list[dict]) -> str:
+    loop = rows[0]["loop_s_per_teacher"]
+    lines = ["| teachers | vectorized s/iter | ms/teacher | naive loop s/iter (extrapolated) | speed-up | "
+             "params + Adam GB (memory_bytes) | est. working GB | peak RSS GB |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        mem, n = r["memory_bytes"], r["teachers"]
+        lines.append(f"| {n} | {r['iteration_s']:.2f} | {1e3 * r['iteration_s'] / n:.2f} | {loop * n:.2f} | "
+                     f"{loop * n / r['iteration_s']:.1f}x | {(mem['parameters'] + mem['optimizer']) / GB:.2f} | "
+                     f"{mem['working'] / GB:.2f} | {r['peak_rss_bytes'] / GB:.2f} |")
+    return "\n".join(lines)
+
+
+def main(quick: bool = False) -> None:
+    sizes = (100,) if quick else (100, 1000, 4000)
+    rows = []
+    for n in sizes:
+        cmd = [sys.executable, "-m", "benchmarks.ensemble", "--case", str(n)] + (["--loop"] if n == sizes[0] else [])
+        rows.append(json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout))
+        print(json.dumps(rows[-1]), flush=True)
+    r = rows[0]
+    print(f"\nthreads: {torch.get_num_threads()}; batch {BATCH}; chunk 50; bf16 Adam moments\n\n{table(rows)}\n")
+    print(f"gradients of one 50-teacher chunk: grouped {1e3 * r['chunk_grad_grouped_s']:.0f} ms, "
+          f"torch.func.vmap {1e3 * r['chunk_grad_vmap_s']:.0f} ms\n")
+    if not quick:
+        print(json.dumps(drift()), flush=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--case", type=int, help="run one ensemble size and print its measurements as JSON")
+    parser.add_argument("--loop", action="store_true", help="also time the naive loop and vmap")
+    parser.add_argument("--drift", action="store_true", help="only the bf16 vs fp32 moments experiment")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    if args.case:
+        print(json.dumps(case(args.case, args.loop)))
+    elif args.drift:
+        print(json.dumps(drift()))
+    else:
+        main(args.quick)
