@@ -15,8 +15,8 @@ class Numbered(DPGenDataModule):
         self.n = n
 
     def load(self):
-        records = lambda idx: TensorData(idx.float()[:, None], idx % 3)  # noqa: E731
-        return records(torch.arange(self.n)), records(torch.arange(self.n, self.n + 10))
+        train, test = torch.arange(self.n), torch.arange(self.n, self.n + 10)
+        return TensorData(train.float()[:, None], train % 3), TensorData(test.float()[:, None], test % 3)
 
 
 def test_default_root_is_env_or_cache(monkeypatch, tmp_path):

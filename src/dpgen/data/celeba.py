@@ -20,7 +20,7 @@ from rich.progress import track
 from dpgen.data.base import DPGenDataModule, TensorData
 from dpgen.data.errors import DataFormatError, DataNotFoundError
 from dpgen.data.images import center_crop, open_image, resized, to_array
-from dpgen.data.sources import verify
+from dpgen.data.sources import one_line, verify
 
 IMAGES = "img_align_celeba"
 ATTRS = "list_attr_celeba.txt"
@@ -117,7 +117,7 @@ class CelebADataModule(DPGenDataModule):
         try:
             torchvision.datasets.CelebA(str(self.root), split="all", download=True)
         except Exception as err:  # offline, or gdown missing
-            return f"{type(err).__name__}: {err}".splitlines()[0]
+            return one_line(err)
         return None
 
     def lists(self, folder: Path) -> tuple[list[str], np.ndarray, np.ndarray]:

