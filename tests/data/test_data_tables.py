@@ -121,3 +121,23 @@ def test_csv_float_labels_match_integer_classes(tmp_path):
     dm.setup()
     # 2 zeros and 3 ones; test gets round(0.8) = 1 zero and round(1.2) = 1 one
     assert sorted(dm.test_data.y.tolist()) == [0, 1] and len(dm.train_data) == 3
+
+
+def test_csv_defaults_read_classes_and_fit_ranges_for_non_private_methods(tmp_path):
+    path = write(tmp_path, "a,y\n" + "".join(f"{v},{lab}\n" for v, lab in [(0, 10), (4, 2), (8, 10), (2, 2)]))
+    dm = CSVDataModule(path=path, label="y", scaling="auto", allow_data_dependent_preprocessing=True,
+                       test_fraction=0.5)
+    assert dm.classes == ["2", "10"] and dm.scaling == "fit"  # sorted as numbers, not as text
+    dm.setup()
+    # train: one record of each class, min/max over the train split only; 2 -> class 0, 10 -> class 1
+    assert sorted(dm.train_data.x.flatten().tolist()) == [0.0, 1.0]
+
+
+def test_csv_defaults_refused_for_private_methods(tmp_path):
+    path = write(tmp_path, TABLE)
+    with pytest.raises(DataConfigError, match="set data.classes"):
+        CSVDataModule(path=path, label="target", scaling="auto")
+    with pytest.raises(DataConfigError, match="data.default_range"):
+        CSVDataModule(path=path, label="target", classes=["no", "yes"], scaling="auto")
+    assert CSVDataModule(path=path, label="target", classes=["no", "yes"], scaling="auto",
+                         default_range=[0, 30]).scaling == "public"

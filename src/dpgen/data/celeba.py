@@ -127,7 +127,7 @@ class CelebADataModule(DPGenDataModule):
                                                                                                  str(self.root)))
         if self.check_hashes:
             for filename, md5 in CELEBA_MD5.items():
-                verify(folder / filename, "md5", md5)
+                verify(folder / filename, "md5", md5, " (or, if you trust it, set data.check_hashes=false)")
         names, partition = read_partition(folder / PARTITION)
         attrs = read_attributes(folder / ATTRS, names, HAIR if self.task == "hair" else ["Male"])
         return names, partition, attrs

@@ -24,10 +24,10 @@ class DataNotFoundError(DataError, FileNotFoundError):
 class ChecksumError(DataError):
     """A file with a published hash does not match it (corrupt or different download)."""
 
-    def __init__(self, path: Path, algorithm: str, expected: str, actual: str):
+    def __init__(self, path: Path, algorithm: str, expected: str, actual: str, hint: str = ""):
         self.path, self.algorithm, self.expected, self.actual = Path(path), algorithm, expected, actual
         super().__init__(f"{path}: {algorithm} is {actual}, expected {expected}. The file is corrupt or not the "
-                         f"official one: delete it and fetch it again.")
+                         f"official one: delete it and fetch it again{hint}.")
 
 
 class DataFormatError(DataError, ValueError):

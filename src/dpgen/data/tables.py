@@ -7,6 +7,8 @@ or paid for):
 - `fit`: min/max of the training split, mapped to [0, 1] (test values clipped). Not private: allowed only
   when the datamodule is built with `allow_data_dependent_preprocessing=True` (non-private methods).
 - `none`: raw values.
+- `auto` (the `csv` config's default): `public` when ranges are configured, else `fit`.
+Likewise `classes: null` reads the label values from the file, for non-private methods only.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from dpgen.data.errors import DataConfigError, DataFormatError
 from dpgen.data.sources import find_first
 from dpgen.data.split import stratified_split
 
-SCALINGS = ("public", "fit", "none")
+SCALINGS = ("public", "fit", "none", "auto")
 MISSING = {"", "nan", "na", "n/a", "null", "none"}
 
 
@@ -52,11 +54,22 @@ def numeric_matrix(frame: pd.DataFrame, columns: list[str], path: Path) -> np.nd
     return out
 
 
-def encode_labels(column: pd.Series, classes: list[str], path: Path) -> np.ndarray:
-    """Class index of each row; `classes` are the label values as written in the file, in class order."""
+def label_text(column: pd.Series) -> pd.Series:
     if pd.api.types.is_float_dtype(column) and column.notna().all() and (column == column.round()).all():
         column = column.astype("int64")  # 1.0 -> "1"
-    text = column.astype(str).str.strip()
+    return column.astype(str).str.strip()
+
+
+def observed_classes(column: pd.Series) -> list[str]:
+    """The distinct label values, sorted (numerically for numbers)."""
+    column = column.dropna()
+    values = sorted(column.unique()) if pd.api.types.is_numeric_dtype(column) else sorted(label_text(column).unique())
+    return label_text(pd.Series(values, dtype=column.dtype)).tolist()
+
+
+def encode_labels(column: pd.Series, classes: list[str], path: Path) -> np.ndarray:
+    """Class index of each row; `classes` are the label values as written in the file, in class order."""
+    text = label_text(column)
     index = {value: i for i, value in enumerate(classes)}
     codes = text.map(index)
     bad = np.flatnonzero(codes.isna().to_numpy())
@@ -80,14 +93,14 @@ class CSVDataModule(DPGenDataModule):
 
     kind = "table"
 
-    def __init__(self, path: str, label: str, classes: list, class_names: list[str] | None = None,
+    def __init__(self, path: str, label: str, classes: list | None = None, class_names: list[str] | None = None,
                  features: list[str] | None = None, test_path: str | None = None, test_fraction: float = 0.2,
                  split_seed: int = 0, scaling: str = "public", default_range: list[float] | None = None,
                  ranges: dict[str, list[float]] | None = None, name: str = "csv", **common):
         super().__init__(**common)
         self.name, self.path, self.label, self.test_path = name, path, label, test_path
-        self.classes = [str(c) for c in classes]
-        self.class_names = [str(c) for c in (class_names or classes)]
+        self.classes = [str(c) for c in (classes if classes is not None else self.file_classes())]
+        self.class_names = [str(c) for c in (class_names or self.classes)]
         if len(self.class_names) != len(self.classes) or len(set(self.classes)) != len(self.classes):
             raise DataConfigError(f"{name}: classes {self.classes} must be distinct and match class_names "
                                   f"{self.class_names} one to one")
@@ -95,7 +108,8 @@ class CSVDataModule(DPGenDataModule):
         self.test_fraction, self.split_seed = float(test_fraction), int(split_seed)
         self.feature_names = list(features) if features is not None else self.header_features()
         self.shape = (len(self.feature_names),)
-        self.scaling = scaling
+        configured = default_range is not None or bool(ranges)
+        self.scaling = ("public" if configured else "fit") if scaling == "auto" else scaling
         self.low, self.high = self.public_ranges(default_range, ranges or {})
 
     def csv_file(self, path: str) -> Path:
@@ -103,6 +117,15 @@ class CSVDataModule(DPGenDataModule):
         candidates = [given] if given.is_absolute() else [Path.cwd() / given, self.root / given]
         return find_first(self.name, given.name, candidates,
                           f"set data.path to your CSV file (absolute, or relative to data.root={self.root})")
+
+    def file_classes(self) -> list[str]:
+        if not self.allow_data_dependent_preprocessing:
+            raise DataConfigError(f"{self.name}: set data.classes (the label values, in class order); reading them "
+                                  f"from the data is allowed only for non-private methods (DESIGN.md rule 4)")
+        path = self.csv_file(self.path)
+        if self.label not in pd.read_csv(path, nrows=0).columns:
+            raise DataFormatError(f"{path}: label column {self.label!r} not found")
+        return observed_classes(pd.read_csv(path, usecols=[self.label])[self.label])
 
     def header_features(self) -> list[str]:
         path = self.csv_file(self.path)
@@ -118,7 +141,8 @@ class CSVDataModule(DPGenDataModule):
         if self.scaling == "fit" and not self.allow_data_dependent_preprocessing:
             raise DataConfigError(
                 f"{self.name}: scaling=fit computes min/max from the private training data (DESIGN.md rule 4) and "
-                f"is allowed only for non-private methods; use scaling=public with per-feature ranges")
+                f"is allowed only for non-private methods; give public per-feature ranges instead "
+                f"(data.default_range=[low,high] and/or data.ranges={{column: [low,high]}})")
         if self.scaling != "public":
             return None, None
         unknown = sorted(set(ranges) - set(self.feature_names))
