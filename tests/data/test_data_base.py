@@ -88,7 +88,15 @@ def test_test_loader_is_plain_and_ordered():
     dm.setup()
     xs = torch.cat([x for x, _ in dm.test_dataloader()]).flatten()
     assert torch.equal(xs, torch.arange(20, 30).float())
-    assert len(list(dm.val_dataloader())) == 3  # 10 records in batches of 4, last one kept
+    assert len(list(dm.test_dataloader())) == 3  # 10 records in batches of 4, last one kept
+
+
+def test_no_validation_loader_over_the_real_test_set():
+    # DESIGN.md rule 5: nothing selects models on the real test set, so there is no validation loader.
+    dm = Numbered(n=20, batch_size=4)
+    dm.setup()
+    with pytest.raises(Exception, match="val_dataloader"):
+        dm.val_dataloader()
 
 
 class Recorder(pl.LightningModule):

@@ -114,9 +114,6 @@ class DPGenDataModule(LightningDataModule, ABC):
             sampler = TeacherBatchSampler(self.partitions, self.batch_size, self.seed)
         return self._loader(self.train_data, sampler)
 
-    def val_dataloader(self) -> DataLoader:
-        return self.test_dataloader()
-
     def test_dataloader(self) -> DataLoader:
         n = len(self.test_data)
         return self._loader(self.test_data, BatchSampler(range(n), min(self.batch_size, n), drop_last=False))
