@@ -99,6 +99,9 @@ def chunk_grad_seconds(ens: TeacherEnsemble, n: int = 50) -> tuple[float, float]
 
 def case(n: int, with_loop: bool) -> dict:
     """One ensemble size, in this process: build, iterate, measure."""
+    if os.path.exists("/proc/self/oom_score_adj"):  # on a shared machine, be the first to go if memory runs out
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
     start = time.perf_counter()
     ens = TeacherEnsemble(n, SHAPE, CLASSES, moment_dtype=torch.bfloat16)
     build = time.perf_counter() - start
@@ -106,28 +109,36 @@ def case(n: int, with_loop: bool) -> dict:
     times = [iteration(ens, batch) for _ in range(1 if n >= 4000 else 2)]
     out = {"teachers": n, "build_s": build, "iteration_s": times[-1], "first_iteration_s": times[0],
            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # before loop / vmap
-           "memory_bytes": ens.memory_bytes(BATCH), "load_average": os.getloadavg()}
+           "memory_bytes": ens.memory_bytes(BATCH), "load_average": os.getloadavg(),
+           "threads": torch.get_num_threads()}
     if with_loop:
         out["loop_s_per_teacher"] = naive_loop_seconds_per_teacher()
         out["chunk_grad_grouped_s"], out["chunk_grad_vmap_s"] = chunk_grad_seconds(ens)
     return out
 
 
-def drift(n: int = 10, steps: int = 100) -> dict:
+def drift(n: int = 10, steps: int = 100, checkpoints: tuple[int, ...] = (10, 100)) -> dict:
     """Train n teachers for `steps` iterations three times on the same data stream: fp32 moments, bf16 moments,
-    and fp32 moments from an initialisation perturbed by 1e-7 (relative; the chaos floor). Compare parameters
-    and the teachers' DPGradAgg votes (k = 10 projections, c = 1e-4, B = 10 bins) on a fixed fake batch."""
+    and fp32 moments from an initialisation perturbed by 1e-7 (relative): the chaos floor of this training.
+    At each checkpoint compare the parameters, the teachers' DPGradAgg votes (k = 10 projections, c = 1e-4,
+    B = 10 bins) on a fixed fake batch, and the teachers' accuracy on held-out real / fake batches.
+
+    Data: 10 random class prototypes; real = prototype of its label + noise, fake = prototype of ANOTHER
+    class + the same noise (the marginals match, only the label agreement tells real from fake)."""
     g = torch.Generator().manual_seed(0)
-    prototypes = torch.rand(CLASSES, *SHAPE, generator=g)  # class-conditional "real" data: prototype + noise
+    prototypes = torch.rand(CLASSES, *SHAPE, generator=g)
+
+    def samples(y, matched):
+        shown = y if matched else (y + torch.randint(1, CLASSES, y.shape, generator=g)) % CLASSES
+        return (prototypes[shown] + 0.1 * torch.randn(*y.shape, *SHAPE, generator=g)).clamp(0, 1)
+
     stream = []
     for _ in range(steps):
         real_y = torch.randint(0, CLASSES, (n, BATCH), generator=g)
         fake_y = torch.randint(0, CLASSES, (BATCH,), generator=g)
-        real_x = (prototypes[real_y] + 0.1 * torch.randn(n, BATCH, *SHAPE, generator=g)).clamp(0, 1)
-        fake_x = (prototypes[fake_y] + 0.4 * torch.randn(BATCH, *SHAPE, generator=g)).clamp(0, 1)
-        stream.append((real_x, real_y, fake_x, fake_y))
+        stream.append((samples(real_y, True), real_y, samples(fake_y, False), fake_y))
     probe_y = torch.arange(BATCH) % CLASSES
-    probe_x = (prototypes[probe_y] + 0.4 * torch.randn(BATCH, *SHAPE, generator=g)).clamp(0, 1)
+    probe_real, probe_fake = samples(probe_y, True), samples(probe_y, False)
     proj = torch.randn(BATCH, 784, 10, generator=g) / 10 ** 0.5
 
     def run(moment_dtype, perturb):
@@ -135,23 +146,33 @@ def drift(n: int = 10, steps: int = 100) -> dict:
         if perturb:
             for p in ens.params.buffers():
                 p.mul_(1 + 1e-7 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1)))
-        start = torch.cat([p.flatten() for p in ens.params.buffers()])
-        losses = [ens.train_step(*batch).mean().item() for batch in stream]
-        end = torch.cat([p.flatten() for p in ens.params.buffers()])
-        projected = torch.einsum("tsd,sdk->tsk", ens.input_grads(probe_x, probe_y), proj).reshape(n, -1)
-        return start, end, losses, projected
+        start, seen = torch.cat([p.flatten() for p in ens.params.buffers()]), {}
+        for step, batch in enumerate(stream, 1):
+            ens.train_step(*batch)
+            if step in checkpoints:
+                theta = ens.stacked(ens.params)
+                with torch.no_grad():
+                    real = ens.logits(theta, probe_real.expand(n, *probe_real.shape), probe_y.expand(n, BATCH))
+                    fake = ens.logits(theta, probe_fake.expand(n, *probe_fake.shape), probe_y.expand(n, BATCH))
+                grads = ens.input_grads(probe_fake, probe_y)
+                seen[step] = {"params": torch.cat([p.flatten() for p in ens.params.buffers()]),
+                              "accuracy": ((real > 0).float().mean() + (fake < 0).float().mean()).item() / 2,
+                              "projected": torch.einsum("tsd,sdk->tsk", grads, proj).reshape(n, -1)}
+        return start, seen
 
-    base_start, base_end, base_losses, base_proj = run(torch.float32, False)
-    result = {"teachers": n, "steps": steps, "fp32_final_loss": sum(base_losses[-10:]) / 10}
+    base_start, base = run(torch.float32, False)
+    result = {"teachers": n, "fp32_accuracy": {s: base[s]["accuracy"] for s in checkpoints}}
     for name, moment_dtype, perturb in (("bf16", torch.bfloat16, False), ("fp32_perturbed", torch.float32, True)):
-        _, end, losses, projected = run(moment_dtype, perturb)
-        result[name] = {
-            "param_drift_rel": ((end - base_end).norm() / (base_end - base_start).norm()).item(),
-            "final_loss": sum(losses[-10:]) / 10,
-            "votes_changed": (vote_bins(projected) != vote_bins(base_proj)).float().mean().item(),
-            "plurality_changed": (vote_histograms(projected, 1e-4, 10).argmax(1)
-                                  != vote_histograms(base_proj, 1e-4, 10).argmax(1)).float().mean().item(),
-        }
+        _, other = run(moment_dtype, perturb)
+        result[name] = {s: {
+            "param_drift_rel": ((other[s]["params"] - base[s]["params"]).norm()
+                                / (base[s]["params"] - base_start).norm()).item(),
+            "accuracy": other[s]["accuracy"],
+            "votes_changed": (vote_bins(other[s]["projected"])
+                              != vote_bins(base[s]["projected"])).float().mean().item(),
+            "plurality_changed": (vote_histograms(other[s]["projected"], 1e-4, 10).argmax(1)
+                                  != vote_histograms(base[s]["projected"], 1e-4, 10).argmax(1)).float().mean().item(),
+        } for s in checkpoints}
     return result
 
 
@@ -181,7 +202,8 @@ def main(quick: bool = False) -> None:
         rows.append(json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout))
         print(json.dumps(rows[-1]), flush=True)
     r = rows[0]
-    print(f"\nthreads: {torch.get_num_threads()}; batch {BATCH}; chunk 50; bf16 Adam moments\n\n{table(rows)}\n")
+    print(f"\nthreads: {r['threads']}; load average {r['load_average'][0]:.1f}; batch {BATCH}; chunk 50; "
+          f"bf16 Adam moments\n\n{table(rows)}\n")
     print(f"gradients of one 50-teacher chunk: grouped {1e3 * r['chunk_grad_grouped_s']:.0f} ms, "
           f"torch.func.vmap {1e3 * r['chunk_grad_vmap_s']:.0f} ms\n")
     if not quick:

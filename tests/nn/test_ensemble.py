@@ -61,7 +61,7 @@ def test_bf16_moments_are_rounded_copies_and_first_step_is_exact():
     n, b = 2, 3
     data = [t.float() if t.is_floating_point() else t for t in batches(n, b, (1, 28, 28), 10, seed=0)]
     full = TeacherEnsemble(n, (1, 28, 28), 10, seed=3)
-    half = TeacherEnsemble(n, (1, 28, 28), 10, seed=3, moment_dtype=torch.bfloat16)
+    half = TeacherEnsemble(n, (1, 28, 28), 10, seed=3, moment_dtype="bfloat16")  # as Hydra passes it
     full.train_step(*data)
     half.train_step(*data)
     for name in full.shapes:
@@ -100,3 +100,14 @@ def test_teachers_start_different_and_seed_is_reproducible():
     assert torch.equal(a.params.fc_weight, b_.params.fc_weight)
     assert not torch.equal(a.params.fc_weight[0], a.params.fc_weight[1])
     assert torch.all(a.params.fc_norm_weight == 1) and torch.all(a.params.convs_0_weight.abs() <= 0.04)
+
+
+def test_steps_and_input_grads_also_run_inside_no_grad():
+    # e.g. called from a Lightning hook that runs under torch.no_grad()
+    ens = TeacherEnsemble(2, (1, 28, 28), 10)
+    data = [t.float() if t.is_floating_point() else t for t in batches(2, 3, (1, 28, 28), 10, seed=0)]
+    before = ens.params.fc_weight.clone()
+    with torch.no_grad():
+        ens.train_step(*data)
+        grads = ens.input_grads(*data[2:])
+    assert not torch.equal(ens.params.fc_weight, before) and grads.abs().sum() > 0

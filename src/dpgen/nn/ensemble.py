@@ -28,15 +28,16 @@ def key(name: str) -> str:
 class TeacherEnsemble(nn.Module):
     """n independent conditional teacher discriminators, each with its own BatchNorm statistics and Adam state.
 
-    `moment_dtype=torch.bfloat16` stores both Adam moments in bfloat16 (the update itself runs in the parameter
-    dtype on widened copies, rounded back to nearest): 8 instead of 12 bytes per parameter, which is what lets
-    4000 MNIST teachers fit in 24 GB.
+    `moment_dtype=torch.bfloat16` (or "bfloat16") stores both Adam moments in bfloat16 (the update itself runs
+    in the parameter dtype on widened copies, rounded back to nearest): 8 instead of 12 bytes per parameter,
+    which is what lets 4000 MNIST teachers fit in 24 GB.
     """
 
     def __init__(self, n_teachers: int, in_shape: Sequence[int], num_classes: int, *, chunk_size: int = 50,
                  lr: float = 1e-3, betas: tuple[float, float] = (0.5, 0.999), eps: float = 1e-8,
-                 moment_dtype: torch.dtype = torch.float32, seed: int = 0, **arch):
+                 moment_dtype: torch.dtype | str = torch.float32, seed: int = 0, **arch):
         super().__init__()
+        moment_dtype = getattr(torch, moment_dtype) if isinstance(moment_dtype, str) else moment_dtype  # Hydra
         self.n_teachers, self.in_shape, self.num_classes = n_teachers, tuple(in_shape), num_classes
         self.chunk_size, self.lr, self.betas, self.eps, self.arch = chunk_size, lr, tuple(betas), eps, arch
         with torch.device("meta"):
@@ -110,6 +111,7 @@ class TeacherEnsemble(nn.Module):
         var, mean = torch.var_mean(h, dims, unbiased=False, keepdim=True)
         return (h - mean) * torch.rsqrt(var + self.bn_eps) * weight + bias
 
+    @torch.enable_grad()
     def train_step(self, real_x: torch.Tensor, real_y: torch.Tensor, fake_x: torch.Tensor,
                    fake_y: torch.Tensor) -> torch.Tensor:
         """One Adam step of every teacher t on BCE(D_t(real_x[t]), 1) + BCE(D_t(fake_x), 0) (batch means).
@@ -167,6 +169,7 @@ class TeacherEnsemble(nn.Module):
             torch._foreach_copy_(m, m_work)
             torch._foreach_copy_(v, v_work)
 
+    @torch.enable_grad()
     def input_grads(self, fake_x: torch.Tensor, fake_y: torch.Tensor) -> torch.Tensor:
         """Per teacher t and fake sample j: d/dx_j of teacher t's generator loss mean_j' BCE(D_t(x_j', y_j'), 1).
 
