@@ -22,3 +22,12 @@ def rdp_subsampled_gaussian(q: float, noise_multiplier: float, steps: int, order
     orders = as_orders(orders)
     rdp = compute_rdp(q=float(q), noise_multiplier=float(noise_multiplier), steps=int(steps), orders=list(orders))
     return np.asarray(rdp, dtype=float)
+
+
+def noise_multiplier_of(noise_std: float, sensitivity: float) -> float:
+    """The noise multiplier the accountant needs: the Gaussian's std divided by the L2 sensitivity of what it
+    is added to. DP-SGD clips per-sample gradients to C and adds N(0, (sigma C)^2), so this is sigma; the
+    public DP-CGAN script passes sigma * C instead, which understates epsilon whenever C > 1."""
+    if not noise_std > 0 or not sensitivity > 0:
+        raise ValueError(f"noise std and sensitivity must be > 0, got {noise_std}, {sensitivity}")
+    return float(noise_std) / float(sensitivity)

@@ -1,0 +1,121 @@
+"""DP-GAN and the DP-SGD machinery it shares with DP-CGAN (dpgen.methods.dpgan)."""
+import warnings
+
+import dp_accounting
+import lightning.pytorch as pl
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from dpgen.callbacks.privacy_budget import PrivacyBudget
+from dpgen.data.base import DPGenDataModule, TensorData
+from dpgen.methods.dpgan import DPGAN, MECHANISM
+from dpgen.privacy.rdp import DEFAULT_ORDERS, eps_from_rdp
+
+warnings.filterwarnings("ignore")
+
+
+class Toy(DPGenDataModule):
+    """400 records, 4 features: class 0 around 0.25, class 1 around 0.75 (std 0.05)."""
+
+    name, kind, shape, num_classes, class_names = "toy", "table", (4,), 2, ["a", "b"]
+
+    def load(self):
+        g = torch.Generator().manual_seed(0)
+        y = torch.arange(400) % 2
+        x = (0.25 + 0.5 * y[:, None] + 0.05 * torch.randn(400, 4, generator=g)).clamp(0, 1).float()
+        return TensorData(x, y), TensorData(x[:50], y[:50])
+
+
+def tiny(cls, **kw):
+    args = dict(z_dim=8, batch_size=32, noise_multiplier=0.3, generator={"hidden": [32]}, discriminator={"hidden": [32]})
+    args.update(kw)
+    return cls((4,), 2, "table", **args)
+
+
+def fit(model, steps, callbacks=(), batch_size=32):
+    trainer = pl.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=list(callbacks))
+    trainer.fit(model, datamodule=Toy(batch_size=batch_size))
+    return trainer
+
+
+def distance_to_data(model):
+    """Mean |class mean of samples - class centre| over features and the two classes."""
+    torch.manual_seed(1)
+    x, y = model.sample(400)
+    return sum((x[y == c].mean(0) - (0.25 + 0.5 * c)).abs().mean().item() for c in (0, 1)) / 2
+
+
+def test_tiny_run_moves_samples_toward_the_data():
+    torch.manual_seed(0)
+    model = tiny(DPGAN, optimizer_g={"name": "rmsprop", "lr": 1e-2}, optimizer_d={"name": "rmsprop", "lr": 1e-2})
+    before = distance_to_data(model)
+    fit(model, 100)
+    assert distance_to_data(model) < 0.8 * before  # measured: 0.244 -> 0.171
+
+
+def test_epsilon_after_n_steps_equals_dp_accounting():
+    model = tiny(DPGAN, noise_multiplier=1.0)
+    fit(model, 3)
+    # 3 generator steps x 5 critic steps = 15 Poisson-sampled Gaussian steps, q = 32 / 400, sigma = 1
+    assert model.ledger.summary(1e-5)["mechanisms"][MECHANISM]["count"] == 15
+    accountant = dp_accounting.rdp.RdpAccountant(list(DEFAULT_ORDERS))
+    accountant.compose(dp_accounting.PoissonSampledDpEvent(32 / 400, dp_accounting.GaussianDpEvent(1.0)), 15)
+    eps, _ = model.ledger.epsilon(1e-5, "data_independent", "improved")
+    assert eps == pytest.approx(accountant.get_epsilon(1e-5), rel=1e-6)
+
+
+def test_budget_stops_before_exceeding():
+    model = tiny(DPGAN, noise_multiplier=2.0)
+    # independent count: how many generator steps (5 events each) fit in eps = 3 at delta = 1e-5
+    accountant_eps = []
+    for k in range(1, 40):
+        acc = dp_accounting.rdp.RdpAccountant(list(DEFAULT_ORDERS))
+        acc.compose(dp_accounting.PoissonSampledDpEvent(32 / 400, dp_accounting.GaussianDpEvent(2.0)), 5 * k)
+        accountant_eps.append(eps_from_rdp(acc.rdp, DEFAULT_ORDERS, 1e-5, "classical")[0])
+    fitting = sum(e <= 3.0 for e in accountant_eps)
+    assert 1 < fitting < 39
+    trainer = fit(model, 100, [PrivacyBudget(3.0, 1e-5)])
+    assert trainer.global_step == fitting
+    assert model.ledger.epsilon(1e-5)[0] <= 3.0
+    assert model.ledger.stop["discarded_steps"] == 0  # stopped before, not rolled back
+
+
+def test_generator_step_leaves_no_gradient_on_the_discriminator():
+    model = tiny(DPGAN)
+    fit(model, 1)
+    for p in model.net_d.parameters():
+        p.grad, p.grad_sample = None, None  # what the last critic step left
+    g_before = [p.detach().clone() for p in model.net_g.parameters()]
+    model.generator_step()
+    assert all(p.grad is None and getattr(p, "grad_sample", None) is None for p in model.net_d.parameters())
+    assert all(p.requires_grad for p in model.net_d.parameters())  # unfrozen for the next critic step
+    assert any(not torch.equal(a, b) for a, b in zip(g_before, model.net_g.parameters()))
+
+
+def test_empty_poisson_batch_is_a_noise_only_step():
+    model = tiny(DPGAN, weight_clip=None)
+    fit(model, 1)
+    before = [p.detach().clone() for p in model.net_d.parameters()]
+    loss = model.critic_step(torch.empty(0, 4), torch.empty(0, dtype=torch.long))
+    after = list(model.net_d.parameters())
+    assert torch.isfinite(loss) and all(torch.isfinite(p).all() for p in after)
+    assert any(not torch.equal(a, b) for a, b in zip(before, after))  # noise and the public fake term still apply
+
+
+def test_discriminator_weights_clipped_and_batchnorm_replaced():
+    model = tiny(DPGAN, discriminator={"hidden": [32], "batch_norm": True})
+    kinds = {type(m) for m in model.net_d.modules()}
+    assert nn.GroupNorm in kinds and not kinds & {nn.BatchNorm1d, nn.BatchNorm2d}
+    fit(model, 2)
+    assert max(p.abs().max().item() for p in model.net_d.parameters()) <= 0.1 + 1e-7
+
+
+def test_poisson_batches_have_the_sampling_rate():
+    model = tiny(DPGAN)
+    fit(model, 1)
+    sizes = np.array([len(model.private_batch()[1]) for _ in range(300)])
+    # Binomial(400, 0.08): mean 32, std 5.4; the mean of 300 batches is within 1.5 of 32 with prob > 0.999
+    assert abs(sizes.mean() - 32) < 1.5 and sizes.std() > 2
