@@ -1,0 +1,156 @@
+"""GS-WGAN (dpgen.methods.gswgan): the two bounds, the sanitizer, the vectorized critics, a tiny run."""
+import warnings
+
+import dp_accounting
+import lightning.pytorch as pl
+import numpy as np
+import pytest
+import torch
+
+from dpgen.aggregation.gradient_sanitizer import SanitizerParams, sanitize
+from dpgen.callbacks.privacy_budget import PrivacyBudget
+from dpgen.data.base import DPGenDataModule, TensorData
+from dpgen.methods.gswgan import GSWGAN, MECHANISM
+from dpgen.nn.critic import CriticEnsemble, ProjectionCritic
+from dpgen.privacy.gswgan import GSWGAN_ORDERS, rdp_gswgan_step
+from dpgen.privacy.rdp import eps_from_rdp
+
+warnings.filterwarnings("ignore")
+
+
+def wor_accountant(n, sigma, count):
+    acc = dp_accounting.rdp.RdpAccountant(list(GSWGAN_ORDERS), dp_accounting.NeighboringRelation.REPLACE_ONE)
+    acc.compose(dp_accounting.SampledWithoutReplacementDpEvent(n, 1, dp_accounting.GaussianDpEvent(sigma)), count)
+    return acc
+
+
+def test_bounds_count_events_as_defined():
+    step = rdp_gswgan_step(1000, 32, 1.07, GSWGAN_ORDERS)
+    # as published: 32 events at sigma 1.07 per step; sound: 1 event at 1.07 / sqrt(32) = 0.189
+    assert np.allclose(step["as_published"], wor_accountant(1000, 1.07, 32).rdp)
+    assert np.allclose(step["sound"], wor_accountant(1000, 1.07 / np.sqrt(32), 1).rdp)
+
+
+def test_worked_numbers_of_the_docs():
+    step = rdp_gswgan_step(1000, 32, 1.07, GSWGAN_ORDERS)
+    eps = {b: {t: eps_from_rdp(step[b] * t, GSWGAN_ORDERS, 1e-5)[0] for t in (1, 20000)} for b in step}
+    # the paper's setting (20000 steps) gives its eps ~ 10 as published; one step already costs ~26 when sound
+    assert eps["as_published"][20000] == pytest.approx(9.99, abs=0.01)
+    assert eps["as_published"][1] == pytest.approx(0.78, abs=0.01)
+    assert eps["sound"][1] == pytest.approx(26.34, abs=0.01)
+    # sigma = 1.07 sqrt(32) per sample makes the sound per-step event the published one's single event
+    fixed = rdp_gswgan_step(1000, 32, 1.07 * np.sqrt(32), GSWGAN_ORDERS)["sound"]
+    assert np.allclose(fixed, step["as_published"] / 32)
+    assert eps_from_rdp(fixed * 20000, GSWGAN_ORDERS, 1e-5)[0] == pytest.approx(1.57, abs=0.01)
+
+
+def test_sanitizer_clips_each_row_and_adds_noise_of_std_2_c_sigma():
+    p = SanitizerParams(n_discriminators=10, clip=1.0, noise_multiplier=1e-9)
+    grads = torch.tensor([[3.0, 4.0], [0.3, 0.4]])  # norms 5 and 0.5
+    out, rdp = sanitize(grads, p, GSWGAN_ORDERS)
+    assert torch.allclose(out, torch.tensor([[0.6, 0.8], [0.3, 0.4]]), atol=1e-6)
+    assert set(rdp) == {"as_published", "sound"}
+    p = SanitizerParams(n_discriminators=10, clip=0.5, noise_multiplier=2.0)
+    out, _ = sanitize(torch.zeros(400, 250), p, GSWGAN_ORDERS, torch.Generator().manual_seed(0))
+    assert out.std().item() == pytest.approx(2 * 0.5 * 2.0, rel=0.02)  # 100000 draws: std error 0.2%
+
+
+def test_ensemble_step_equals_a_plain_critic_with_adam():
+    torch.manual_seed(0)
+    ens = CriticEnsemble(3, (1, 8, 8), 2, model_dim=4, chunk_size=2, lr=1e-2).double()  # float64: compare exactly
+    real, fake = torch.rand(3, 6, 1, 8, 8, dtype=torch.float64), torch.rand(3, 6, 1, 8, 8, dtype=torch.float64)
+    y = torch.randint(0, 2, (3, 6))
+    critic = ProjectionCritic((1, 8, 8), 2, model_dim=4).double()
+    critic.load_state_dict({n: getattr(ens.params, n.replace(".", "_"))[1].double() for n in ens.names})
+    opt = torch.optim.Adam(critic.parameters(), lr=1e-2, betas=(0.5, 0.9))
+    for step in range(2):
+        alpha = torch.rand((3, 6, 1, 1, 1), generator=torch.Generator().manual_seed(step), dtype=torch.float64)
+        ens.train_step(0, 3, real, y, fake, torch.Generator().manual_seed(step))
+        x_r, x_f, a = real[1], fake[1], alpha[1]
+        mixed = (a * x_r + (1 - a) * x_f).requires_grad_(True)
+        (slopes,) = torch.autograd.grad(critic(mixed, y[1]).sum(), mixed, create_graph=True)
+        d_real = critic(x_r, y[1])
+        loss = (critic(x_f, y[1]).mean() - d_real.mean() + 10 * (slopes.flatten(1).norm(dim=1) - 1).pow(2).mean()
+                + 1e-3 * d_real.pow(2).mean())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    for name, p in critic.named_parameters():
+        assert torch.allclose(getattr(ens.params, name.replace(".", "_"))[1], p, atol=1e-10), name
+    assert ens.steps.tolist() == [2, 2, 2]
+
+
+def test_critic_training_lowers_its_loss():
+    torch.manual_seed(0)
+    ens = CriticEnsemble(2, (1, 8, 8), 2, model_dim=4, lr=1e-2)
+    real, fake = torch.full((2, 8, 1, 8, 8), 0.8), torch.full((2, 8, 1, 8, 8), 0.2)
+    y = torch.zeros(2, 8, dtype=torch.long)
+    losses = [ens.train_step(0, 2, real, y, fake) for _ in range(20)]
+    assert (losses[-1] < losses[0] - 0.5).all()
+
+
+class Images(DPGenDataModule):
+    name, kind, shape, num_classes, class_names = "img", "image", (1, 8, 8), 2, ["a", "b"]
+
+    def load(self):
+        g = torch.Generator().manual_seed(0)
+        y = torch.arange(200) % 2
+        x = (0.2 + 0.6 * y.view(-1, 1, 1, 1) + 0.05 * torch.randn(200, 1, 8, 8, generator=g)).clamp(0, 1)
+        return TensorData(x.float(), y), TensorData(x[:20].float(), y[:20])
+
+
+def tiny_gswgan(**kw):
+    args = dict(batch_size=8, n_discriminators=4, critic_steps=2, lr=1e-3, sanitizer={"noise_multiplier": 1.0},
+                critics={"model_dim": 4, "chunk_size": 4},
+                pretrain={"steps": 3, "critic_steps": 2, "z_dim": 4, "generator_hidden": [16]},
+                generator={"fc_dim": 16, "start_channels": 4, "deconv_channels": []})
+    args.update(kw)
+    return GSWGAN((1, 8, 8), 2, "image", **args)
+
+
+def fit(model, steps, callbacks=()):
+    trainer = pl.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=list(callbacks))
+    trainer.fit(model, datamodule=Images(batch_size=8))
+    return trainer
+
+
+@pytest.mark.parametrize("bound", ["sound", "as_published"])
+def test_budget_stops_before_exceeding_under_the_chosen_bound(bound):
+    model = tiny_gswgan(sanitizer={"noise_multiplier": 3.0})
+    step = rdp_gswgan_step(4, 8, 3.0, GSWGAN_ORDERS)[bound]
+    fitting = max(k for k in range(1, 50) if eps_from_rdp(step * k, GSWGAN_ORDERS, 1e-5)[0] <= 5.0)
+    assert fitting == {"sound": 2, "as_published": 3}[bound]  # eps after k steps: 3.51, 4.59, 5.45 / 2.18, 3.44, 4.41, 5.20
+    trainer = fit(model, 50, [PrivacyBudget(5.0, 1e-5, bound=bound)])
+    assert trainer.global_step == fitting
+    assert model.ledger.summary(1e-5)["mechanisms"][MECHANISM]["count"] == fitting
+    assert model.ledger.stop["discarded_steps"] == 0
+
+
+def test_tiny_run_pretrains_every_critic_and_releases_the_ema():
+    model = tiny_gswgan()
+    fit(model, 4)
+    assert bool(model.pretrained) and (model.critics.steps >= 3 * 2).all()  # 3 pretraining steps x 2 critic steps
+    assert model.critics.steps.sum().item() == 4 * 6 + 4 * 2  # + 4 main steps x 2 critic steps on the chosen one
+    # the EMA (released) differs from the trained generator once decay > 0, and sample() uses it
+    assert any(not torch.equal(a, b) for a, b in zip(model.net_g.parameters(), model.net_train.parameters()))
+    assert model.generator is model.net_g
+    x, y = model.sample(6)
+    assert x.shape == (6, 1, 8, 8) and ((0 <= x) & (x <= 1)).all()
+
+
+def test_generator_learns_from_the_sanitized_gradient_only(monkeypatch):
+    seen, captured = {}, []
+
+    def fake_sanitize(grads, p, orders, generator=None):
+        seen["grads"] = grads
+        return torch.ones_like(grads), {"as_published": np.zeros(len(orders)), "sound": np.zeros(len(orders))}
+
+    monkeypatch.setattr("dpgen.methods.gswgan.sanitize", fake_sanitize)
+    model = tiny_gswgan()
+    # the only backward pass through the generator is the generator step (critic fakes are made under no_grad)
+    model.net_train.register_full_backward_hook(lambda mod, gin, gout: captured.append(gout[0].clone()))
+    fit(model, 1)
+    assert seen["grads"].shape == (8, 1, 8, 8) and len(captured) == 1
+    # what reaches the generator's output is the sanitizer's output / batch size, nothing else
+    assert torch.allclose(captured[0], torch.full_like(captured[0], 1 / 8))
