@@ -201,15 +201,18 @@ class TeacherEnsemble(nn.Module):
 
     def memory_bytes(self, batch_size: int = 15) -> dict[str, int]:
         """Bytes held (parameters, Adam moments) and an estimate of the extra working memory of a step with
-        `batch_size` samples per teacher: one chunk's gradients, the widened moments when they are stored in a
-        lower precision, and the activations autograd keeps for the real + fake forward of one chunk."""
+        `batch_size` samples per teacher: one chunk's gradients twice (autograd's and the fused kernel's
+        contiguous copy), the widened moments when they are stored in a lower precision, and the activations
+        of the real + fake forward with their gradients. Not included: the caller's batches and the
+        (T, b, prod(in_shape)) result of `input_grads`. Measured (peak RSS during an iteration minus RSS before
+        it): 0.65 GB at 200 MNIST teachers, chunk 50, bf16 moments, where this estimates 0.73 GB."""
         def size(container):
             return sum(t.numel() * t.element_size() for t in container.buffers())
         n = min(self.chunk_size, self.n_teachers)
         per_teacher = sum(math.prod(shape) for shape in self.shapes.values())
         widened = 0 if self.exp_avg.fc_weight.dtype == self.dtype else 2
         item = torch.finfo(self.dtype).bits // 8
-        working = ((1 + widened) * per_teacher + 2 * batch_size * self.activation_floats()) * n * item
+        working = ((2 + widened) * per_teacher + 2 * 2 * batch_size * self.activation_floats()) * n * item
         held = {"parameters": size(self.params),
                 "optimizer": size(self.exp_avg) + size(self.exp_avg_sq) + self.step.element_size()}
         return {**held, "working": working, "total": sum(held.values()) + working}
