@@ -20,7 +20,7 @@ NARROW_IMAGE_NETS = ["+method.module.generator.fc_dim=32", "+method.module.gener
 
 
 def train(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONWARNINGS="ignore", DPGEN_DATA=str(tmp_path / "no-data-here"))
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1", DPGEN_DATA=str(tmp_path / "no-data-here"))
     cmd = [sys.executable, str(REPO / "train.py"), f"hydra.run.dir={tmp_path / 'run'}", *overrides]
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
 

@@ -46,7 +46,9 @@ class GPATE(PrivateGenerator):
             else torch.multinomial(self.class_probs.to(self.device), b, replacement=True)
         fake = self.net_g(self.latent(b), fake_y)
         d_loss = self.ensemble.train_step(real_x, real_y, fake.detach(), fake_y)
-        grads = self.ensemble.input_grads(fake.detach(), fake_y)  # (teachers, b, dim)
+        # Delta x = dL_D/dx (equation 1): minus the gradient of the generator loss BCE(D(x), 1), i.e. the
+        # direction that makes the fake look more real to each teacher (the reference negates it too).
+        grads = -self.ensemble.input_grads(fake.detach(), fake_y)  # (teachers, b, dim)
         private, release = dp_grad_agg(grads, self.agg, self.orders)
         self.ledger.record("confident_gnmax", release.rdp, count=len(release.answered),
                            params={"sigma1": self.agg.sigma1, "sigma2": self.agg.sigma2,
