@@ -107,18 +107,24 @@ class DPSGDGAN(PrivateGenerator):
     # privacy
 
     def setup(self, stage: str) -> None:
-        if stage == "fit" and self._poisson_loader is None:
-            data = self.trainer.datamodule.train_data
-            self.sample_rate = min(1.0, self.batch_size / len(data))  # N is public (add/remove DP-SGD)
-            rng = torch.Generator().manual_seed(self.seed)
-            self._poisson_loader = DPDataLoader(data, sample_rate=self.sample_rate, generator=rng)
+        if stage == "fit":
+            self.sample_rate = min(1.0, self.batch_size / len(self.trainer.datamodule.train_data))  # N is public
+
+    def on_train_start(self) -> None:
+        """Fresh sampling and noise streams per (seed, first step): a resumed run must not replay the Poisson
+        subsets or the noise of the steps it already took (amplification and composition assume fresh draws)."""
+        start = self.seed * 1_000_003 + self.global_step
+        self._poisson_loader = DPDataLoader(self.trainer.datamodule.train_data, sample_rate=self.sample_rate,
+                                           generator=torch.Generator().manual_seed(start))
+        self._poisson_batches = None
+        if not self.secure_mode:
+            self.dp_optimizer.generator = torch.Generator(device=self.device).manual_seed(start + 1)
 
     def configure_optimizers(self):
         opt_g, opt_d = make_optimizer(self.net_g, self.optimizer_g), make_optimizer(self.net_d, self.optimizer_d)
-        noise_rng = None if self.secure_mode else torch.Generator(device=self.device).manual_seed(self.seed + 1)
         self.dp_optimizer = DPOptimizer(opt_d, noise_multiplier=self.noise_multiplier, max_grad_norm=self.max_grad_norm,
                                         expected_batch_size=self.batch_size, loss_reduction="mean",
-                                        generator=noise_rng, secure_mode=self.secure_mode)
+                                        secure_mode=self.secure_mode)
         return opt_g, self.dp_optimizer
 
     def accounted_noise_multiplier(self) -> float:

@@ -78,6 +78,10 @@ class GSWGAN(PrivateGenerator):
             self.critics.pretrain(self.shard_batch, seed=self.seed + 2, **self.pretrain_args)
             self.pretrained.fill_(True)
 
+    def on_train_start(self) -> None:
+        # a fresh stream per (seed, first step): a resumed run must not replay the choices of j or the noise
+        self.rng.manual_seed(self.seed * 1_000_003 + self.global_step + 1)
+
     # privacy
 
     def step_rdp(self) -> dict:
