@@ -1,4 +1,5 @@
 """DP-GAN and the DP-SGD machinery it shares with DP-CGAN (dpgen.methods.dpgan)."""
+import json
 import warnings
 
 import dp_accounting
@@ -34,9 +35,9 @@ def tiny(cls, **kw):
     return cls((4,), 2, "table", **args)
 
 
-def fit(model, steps, callbacks=(), batch_size=32):
+def fit(model, steps, callbacks=(), batch_size=32, root=None):
     trainer = pl.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, callbacks=list(callbacks))
+                         enable_model_summary=False, callbacks=list(callbacks), default_root_dir=root)
     trainer.fit(model, datamodule=Toy(batch_size=batch_size))
     return trainer
 
@@ -67,7 +68,7 @@ def test_epsilon_after_n_steps_equals_dp_accounting():
     assert eps == pytest.approx(accountant.get_epsilon(1e-5), rel=1e-6)
 
 
-def test_budget_stops_before_exceeding():
+def test_budget_stops_before_exceeding(tmp_path):
     model = tiny(DPGAN, noise_multiplier=2.0)
     # independent count: how many generator steps (5 events each) fit in eps = 3 at delta = 1e-5
     accountant_eps = []
@@ -77,10 +78,11 @@ def test_budget_stops_before_exceeding():
         accountant_eps.append(eps_from_rdp(acc.rdp, DEFAULT_ORDERS, 1e-5, "classical")[0])
     fitting = sum(e <= 3.0 for e in accountant_eps)
     assert 1 < fitting < 39
-    trainer = fit(model, 100, [PrivacyBudget(3.0, 1e-5)])
+    trainer = fit(model, 100, [PrivacyBudget(3.0, 1e-5)], root=tmp_path)  # privacy.json goes there
     assert trainer.global_step == fitting
     assert model.ledger.epsilon(1e-5)[0] <= 3.0
     assert model.ledger.stop["discarded_steps"] == 0  # stopped before, not rolled back
+    assert json.loads((tmp_path / "privacy.json").read_text())["mechanisms"][MECHANISM]["count"] == 5 * fitting
 
 
 def test_generator_step_leaves_no_gradient_on_the_discriminator():

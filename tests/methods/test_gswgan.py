@@ -108,20 +108,20 @@ def tiny_gswgan(**kw):
     return GSWGAN((1, 8, 8), 2, "image", **args)
 
 
-def fit(model, steps, callbacks=()):
+def fit(model, steps, callbacks=(), root=None):
     trainer = pl.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, callbacks=list(callbacks))
+                         enable_model_summary=False, callbacks=list(callbacks), default_root_dir=root)
     trainer.fit(model, datamodule=Images(batch_size=8))
     return trainer
 
 
 @pytest.mark.parametrize("bound", ["sound", "as_published"])
-def test_budget_stops_before_exceeding_under_the_chosen_bound(bound):
+def test_budget_stops_before_exceeding_under_the_chosen_bound(bound, tmp_path):
     model = tiny_gswgan(sanitizer={"noise_multiplier": 3.0})
     step = rdp_gswgan_step(4, 8, 3.0, GSWGAN_ORDERS)[bound]
     fitting = max(k for k in range(1, 50) if eps_from_rdp(step * k, GSWGAN_ORDERS, 1e-5)[0] <= 5.0)
     assert fitting == {"sound": 2, "as_published": 3}[bound]  # eps after k steps: 3.51, 4.59, 5.45 / 2.18, 3.44, 4.41, 5.20
-    trainer = fit(model, 50, [PrivacyBudget(5.0, 1e-5, bound=bound)])
+    trainer = fit(model, 50, [PrivacyBudget(5.0, 1e-5, bound=bound)], root=tmp_path)
     assert trainer.global_step == fitting
     assert model.ledger.summary(1e-5)["mechanisms"][MECHANISM]["count"] == fitting
     assert model.ledger.stop["discarded_steps"] == 0
