@@ -13,6 +13,11 @@ from dpgen.privacy.rdp import CONVERSIONS, check_delta
 LEDGER_KEY = "privacy_ledger"
 
 
+class BudgetError(ValueError):
+    """The privacy configuration cannot be honoured (bad epsilon / delta / conversion, or a budget too
+    small for even one step); raised before any training step runs."""
+
+
 class PrivacyBudget(pl.Callback):
     """Stops training at the privacy budget and keeps the last generator within it.
 
@@ -45,11 +50,14 @@ class PrivacyBudget(pl.Callback):
     def __init__(self, epsilon: float, delta: float, bound: str = "data_dependent",
                  conversion: str = "classical", filename: str = "privacy.json"):
         if not float(epsilon) > 0:
-            raise ValueError(f"privacy.epsilon must be > 0, got {epsilon}")
+            raise BudgetError(f"privacy.epsilon must be > 0, got {epsilon}")
         self.epsilon = float(epsilon)
-        self.delta = check_delta(delta)
+        try:
+            self.delta = check_delta(delta)
+        except ValueError as err:
+            raise BudgetError(f"privacy.delta: {err}") from err
         if conversion not in CONVERSIONS + ("gdp",):
-            raise ValueError(f"privacy.conversion must be one of {CONVERSIONS + ('gdp',)}, got {conversion!r}")
+            raise BudgetError(f"privacy.conversion must be one of {CONVERSIONS + ('gdp',)}, got {conversion!r}")
         self.bound = bound
         self.conversion = conversion
         self.filename = filename
@@ -94,7 +102,7 @@ class PrivacyBudget(pl.Callback):
     def setup(self, trainer, pl_module, stage):
         if stage == "fit" and getattr(pl_module, "ledger", None) is not None:
             if trainer.fit_loop.min_steps or trainer.fit_loop.min_epochs:
-                raise ValueError("PrivacyBudget cannot honour trainer.min_steps / min_epochs: unset them")
+                raise BudgetError("PrivacyBudget cannot honour trainer.min_steps / min_epochs: unset them")
 
     def on_train_start(self, trainer, pl_module):
         ledger = getattr(pl_module, "ledger", None)
@@ -103,7 +111,7 @@ class PrivacyBudget(pl.Callback):
         cost = self._known_cost(pl_module)
         if cost is not None and self._over(PrivacyLedger(ledger.orders), cost):
             one = self.spent(PrivacyLedger(ledger.orders), cost)
-            raise ValueError(
+            raise BudgetError(
                 f"privacy budget too small: one training step alone costs epsilon={one:.4g} under bound "
                 f"{self.bound!r} ({self.conversion} conversion, delta={self.delta:g}) > privacy.epsilon={self.epsilon:g}"
             )

@@ -6,11 +6,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from dpgen.callbacks.privacy_budget import BudgetError
 from dpgen.data.errors import DataError
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 # Errors caused by input or configuration: printed as one clear message, without a traceback.
-USER_ERRORS = (DataError,)
+USER_ERRORS = (DataError, BudgetError)
 console = Console()
 
 

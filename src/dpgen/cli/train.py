@@ -1,6 +1,7 @@
 """`python train.py method=<m> data=<d> privacy.epsilon=<eps> ...`: train one generator into its run folder."""
 from __future__ import annotations
 
+import copy
 import json
 import sys
 import time
@@ -48,13 +49,12 @@ def build_logger(cfg: DictConfig):
 
 
 def save_generator(model, dm, cfg: DictConfig, path: Path) -> None:
-    torch.save({
-        "generator": model.generator.state_dict(),
-        "method": OmegaConf.to_container(cfg.method, resolve=True),
-        "data": {"name": dm.name, "shape": list(dm.shape), "num_classes": dm.num_classes, "kind": dm.kind,
-                 "class_names": list(dm.class_names)},
-        "class_probs": None if model.class_probs is None else model.class_probs.tolist(),
-    }, path)
+    """The released generator (a pickled module on the CPU) with how to sample it; read by generate.py."""
+    release = model.release()
+    release["generator"] = copy.deepcopy(release["generator"]).cpu()
+    release.update(method=OmegaConf.to_container(cfg.method, resolve=True), data_name=dm.name,
+                   class_names=list(dm.class_names), feature_names=getattr(dm, "feature_names", None))
+    torch.save(release, path)
 
 
 def privacy_report(model, cfg: DictConfig) -> dict:

@@ -5,7 +5,7 @@ import lightning.pytorch as pl
 import torch
 from torch import nn
 
-from dpgen.nn.generator import ConditionalImageGenerator, ConditionalTableGenerator
+from dpgen.nn.generator import ConditionalImageGenerator, ConditionalTableGenerator, generate, latent
 
 
 class PrivateGenerator(pl.LightningModule):
@@ -25,6 +25,7 @@ class PrivateGenerator(pl.LightningModule):
         self.shape, self.num_classes, self.kind, self.z_dim = tuple(shape), int(num_classes), kind, int(z_dim)
         self.class_probs = None if class_probs is None else torch.as_tensor(class_probs, dtype=torch.float)
         self.ledger = None
+        self.latent_dist = "uniform"  # U(-1, 1) as the reference DCGAN code; subclasses may choose "normal"
         self.net_g = self.build_generator(**(generator or {}))
 
     def build_generator(self, **arch) -> nn.Module:
@@ -39,14 +40,20 @@ class PrivateGenerator(pl.LightningModule):
         return self.net_g
 
     def latent(self, n: int) -> torch.Tensor:
-        """z ~ U(-1, 1), the same distribution in training and generation (as the reference DCGAN code)."""
-        return torch.rand(n, self.z_dim, device=self.device) * 2 - 1
+        """The generator's input noise, the same distribution in training and generation."""
+        return latent(n, self.z_dim, self.latent_dist, self.device)
+
+    def random_labels(self, n: int) -> torch.Tensor:
+        """Training labels of fake samples: uniform, or drawn from `class_probs` (e.g. G-PATE's private ratio)."""
+        if self.class_probs is None:
+            return torch.randint(0, self.num_classes, (n,), device=self.device)
+        return torch.multinomial(self.class_probs.to(self.device), n, replacement=True)
 
     def sample_labels(self, n: int) -> torch.Tensor:
-        """Balanced labels, or labels drawn from `class_probs` (e.g. G-PATE's privately released class ratio)."""
+        """Labels of a synthetic data set: balanced, or drawn from `class_probs`."""
         if self.class_probs is None:
             return torch.arange(n, device=self.device) % self.num_classes
-        return torch.multinomial(self.class_probs.to(self.device), n, replacement=True)
+        return self.random_labels(n)
 
     def step_cost_bound(self):
         return None
@@ -56,11 +63,14 @@ class PrivateGenerator(pl.LightningModule):
         if self.trainer.should_stop:
             return -1
 
-    @torch.no_grad()
     def sample(self, n: int, labels: torch.Tensor | None = None, batch_size: int = 1000):
+        """`(x, y)` on the CPU: n synthetic records of the released generator (eval mode)."""
         labels = self.sample_labels(n) if labels is None else labels.to(self.device)
-        was_training = self.net_g.training
-        self.net_g.eval()
-        xs = [self.net_g(self.latent(len(y)), y).cpu() for y in labels.split(batch_size)]
-        self.net_g.train(was_training)
-        return torch.cat(xs), labels.cpu()
+        return generate(self.generator, labels, self.z_dim, self.latent_dist, batch_size), labels.cpu()
+
+    def release(self) -> dict:
+        """What `generate.py` needs to sample without this class: the generator module itself (on the CPU)
+        and how to feed it."""
+        return {"generator": self.generator, "z_dim": self.z_dim, "latent_dist": self.latent_dist,
+                "class_probs": None if self.class_probs is None else self.class_probs.tolist(),
+                "shape": list(self.shape), "num_classes": self.num_classes, "kind": self.kind}

@@ -23,6 +23,7 @@ from opacus.validators import ModuleValidator
 from torch import nn
 from torch.nn.functional import binary_cross_entropy_with_logits as bce
 
+from dpgen.aggregation.noise import secret_generator
 from dpgen.methods.base import PrivateGenerator
 from dpgen.nn.discriminator import ConditionalDiscriminator
 from dpgen.nn.fc import FCDiscriminator, FCGenerator
@@ -111,14 +112,13 @@ class DPSGDGAN(PrivateGenerator):
             self.sample_rate = min(1.0, self.batch_size / len(self.trainer.datamodule.train_data))  # N is public
 
     def on_train_start(self) -> None:
-        """Fresh sampling and noise streams per (seed, first step): a resumed run must not replay the Poisson
-        subsets or the noise of the steps it already took (amplification and composition assume fresh draws)."""
-        start = self.seed * 1_000_003 + self.global_step
+        """Secret sampling and noise streams from the OS's entropy (aggregation/noise.py): not derivable from
+        the published seed, and fresh on resume, so no Poisson subset or noise is replayed."""
         self._poisson_loader = DPDataLoader(self.trainer.datamodule.train_data, sample_rate=self.sample_rate,
-                                           generator=torch.Generator().manual_seed(start))
+                                           generator=secret_generator())
         self._poisson_batches = None
         if not self.secure_mode:
-            self.dp_optimizer.generator = torch.Generator(device=self.device).manual_seed(start + 1)
+            self.dp_optimizer.generator = secret_generator(self.device)
 
     def configure_optimizers(self):
         opt_g, opt_d = make_optimizer(self.net_g, self.optimizer_g), make_optimizer(self.net_d, self.optimizer_d)

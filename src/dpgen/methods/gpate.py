@@ -6,6 +6,7 @@ import torch
 from torch.nn.functional import mse_loss
 
 from dpgen.aggregation.dpgradagg import DPGradAggParams, dp_grad_agg, worst_case_rdp
+from dpgen.aggregation.noise import secret_generator
 from dpgen.methods.base import PrivateGenerator
 from dpgen.nn.ensemble import TeacherEnsemble
 from dpgen.privacy.ledger import PrivacyLedger
@@ -28,6 +29,7 @@ class GPATE(PrivateGenerator):
         self.orders = np.asarray(DEFAULT_ORDERS, dtype=float)
         self.ledger = PrivacyLedger(self.orders)
         self.fake_batch = None  # per-teacher real batch size, learnt from the first batch
+        self.noise = None  # secret randomness of DPGradAgg (aggregation/noise.py), made on the training device
 
     def configure_optimizers(self):
         return torch.optim.Adam(self.net_g.parameters(), lr=self.lr, betas=(self.beta1, 0.999))
@@ -49,7 +51,9 @@ class GPATE(PrivateGenerator):
         # Delta x = dL_D/dx (equation 1): minus the gradient of the generator loss BCE(D(x), 1), i.e. the
         # direction that makes the fake look more real to each teacher (the reference negates it too).
         grads = -self.ensemble.input_grads(fake.detach(), fake_y)  # (teachers, b, dim)
-        private, release = dp_grad_agg(grads, self.agg, self.orders)
+        if self.noise is None or self.noise.device != grads.device:
+            self.noise = secret_generator(grads.device)
+        private, release = dp_grad_agg(grads, self.agg, self.orders, self.noise)
         self.ledger.record("confident_gnmax", release.rdp, count=len(release.answered),
                            params={"sigma1": self.agg.sigma1, "sigma2": self.agg.sigma2,
                                    "threshold": self.agg.threshold * self.n_teachers,

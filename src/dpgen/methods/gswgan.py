@@ -12,6 +12,7 @@ import copy
 
 import torch
 
+from dpgen.aggregation.noise import secret_generator
 from dpgen.aggregation.gradient_sanitizer import SanitizerParams, sanitize
 from dpgen.methods.base import PrivateGenerator
 from dpgen.nn.critic import CriticEnsemble
@@ -47,7 +48,7 @@ class GSWGAN(PrivateGenerator):
         self.register_buffer("pretrained", torch.zeros((), dtype=torch.bool))
         self.orders = GSWGAN_ORDERS
         self.ledger = PrivacyLedger(self.orders)
-        self.rng = torch.Generator().manual_seed(self.seed + 1)
+        self.rng = secret_generator()  # choice of critic, batches and sanitizer noise (aggregation/noise.py)
         self.shards: torch.Tensor | None = None
         self._step_rdp = None
 
@@ -77,10 +78,6 @@ class GSWGAN(PrivateGenerator):
         if not bool(self.pretrained):
             self.critics.pretrain(self.shard_batch, seed=self.seed + 2, **self.pretrain_args)
             self.pretrained.fill_(True)
-
-    def on_train_start(self) -> None:
-        # a fresh stream per (seed, first step): a resumed run must not replay the choices of j or the noise
-        self.rng.manual_seed(self.seed * 1_000_003 + self.global_step + 1)
 
     # privacy
 

@@ -90,5 +90,23 @@ class ConditionalTableGenerator(ConditionalMLP):
         self.shape, self.z_dim = tuple(shape), z_dim
 
 
-def param_count(module: nn.Module) -> int:
-    return sum(p.numel() for p in module.parameters())
+def latent(n: int, z_dim: int, dist: str = "uniform", device=None) -> torch.Tensor:
+    """Generator input noise: "uniform" U(-1, 1) (the reference DCGAN code) or "normal" N(0, 1)."""
+    if dist == "uniform":
+        return torch.rand(n, z_dim, device=device) * 2 - 1
+    if dist == "normal":
+        return torch.randn(n, z_dim, device=device)
+    raise ValueError(f"unknown latent distribution {dist!r} (uniform or normal)")
+
+
+@torch.no_grad()
+def generate(net: nn.Module, labels: torch.Tensor, z_dim: int, dist: str = "uniform",
+             batch_size: int = 1000) -> torch.Tensor:
+    """Records of a conditional generator for the given labels, in eval mode, on the CPU."""
+    was_training = net.training
+    net.eval()
+    device = next(net.parameters()).device
+    xs = [net(latent(len(y), z_dim, dist, device), y.to(device)).cpu() for y in labels.split(batch_size)]
+    net.train(was_training)
+    return torch.cat(xs) if xs else torch.empty(0)
+
