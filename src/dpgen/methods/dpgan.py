@@ -155,12 +155,6 @@ class DPSGDGAN(PrivateGenerator):
 
     # training
 
-    def random_labels(self, n: int) -> torch.Tensor:
-        """Public labels for generated samples (uniform, or the released class_probs)."""
-        if self.class_probs is None:
-            return torch.randint(0, self.num_classes, (n,), device=self.device)
-        return torch.multinomial(self.class_probs.to(self.device), n, replacement=True)
-
     def critic_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         opt = self.dp_optimizer
         fake_y = self.random_labels(self.batch_size)

@@ -94,11 +94,6 @@ class GSWGAN(PrivateGenerator):
 
     # training
 
-    def random_labels(self, n: int) -> torch.Tensor:
-        if self.class_probs is None:
-            return torch.randint(0, self.num_classes, (n,), device=self.device)
-        return torch.multinomial(self.class_probs.to(self.device), n, replacement=True)
-
     def training_step(self, batch, batch_idx):
         j = int(torch.randint(self.n_discriminators, (1,), generator=self.rng))  # the subsampling of the accounting
         for _ in range(self.critic_steps):
