@@ -59,7 +59,9 @@ class GPATE(PrivateGenerator):
                                    "threshold": self.agg.threshold * self.n_teachers,
                                    "n_teachers": self.n_teachers})
         target = (fake + private.view_as(fake)).detach()  # x_hat = G(z) + x_priv (Algorithm 1 line 16)
-        g_loss = mse_loss(fake, target)  # equation 2
+        # Equation 2 as the reference computes it: a SUM of squares. A mean over b*784 elements makes the
+        # weight gradients ~1e-9, the size of Adam's epsilon, which all but stops the generator.
+        g_loss = mse_loss(fake, target, reduction="sum")
         opt = self.optimizers()
         opt.zero_grad()
         self.manual_backward(g_loss)
