@@ -153,6 +153,7 @@ def register_classifier(classifier: CNNClassifier) -> str:
             return False
 
         def forward(self, x):
+            # G-PATE appendix F: IS from the real-data classifier's logits; FID from its penultimate features.
             penultimate = self.classifier.features(x.float())
             features = {"logits": self.classifier.head(penultimate), "penultimate": penultimate}
             return tuple(features[name] for name in self.features_list)
