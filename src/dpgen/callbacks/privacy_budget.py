@@ -44,7 +44,7 @@ class PrivacyBudget(pl.Callback):
         so it ends with the same epsilon as an uninterrupted run. ModelCheckpoint runs after this callback
         (Lightning orders checkpoint callbacks last), so it never saves an over-budget generator.
       - the ledger notes why training stopped and how many steps were discarded; privacy.json is written
-        at fit end into trainer.log_dir (or default_root_dir).
+        at fit end into trainer.default_root_dir (the run folder).
     """
 
     def __init__(self, epsilon: float, delta: float, bound: str = "data_dependent",
@@ -142,6 +142,7 @@ class PrivacyBudget(pl.Callback):
                        f"under {self.bound}; generator and ledger rolled back to the last in-budget step", 1)
         else:
             self._take_snapshot(pl_module)
+            pl_module.log("epsilon", spent, prog_bar=True)
 
     def on_fit_end(self, trainer, pl_module):
         ledger = getattr(pl_module, "ledger", None)
@@ -149,7 +150,7 @@ class PrivacyBudget(pl.Callback):
             return
         if ledger.stop is None:
             ledger.note_stop("trainer limits reached within the budget", 0)
-        folder = Path(trainer.log_dir or trainer.default_root_dir)
+        folder = Path(trainer.default_root_dir)  # the run folder, beside generator.pt
         budget = {"budget": {"epsilon": self.epsilon, "delta": self.delta, "bound": self.bound,
                              "conversion": self.conversion}}
         ledger.write_json(folder / self.filename, self.delta, self.bound, extra=budget, conversion=self.conversion)
