@@ -111,3 +111,32 @@ def test_steps_and_input_grads_also_run_inside_no_grad():
         ens.train_step(*data)
         grads = ens.input_grads(*data[2:])
     assert not torch.equal(ens.params.fc_weight, before) and grads.abs().sum() > 0
+
+
+@pytest.mark.parametrize("shape, classes", [((1, 28, 28), 10), ((6,), 2)])
+def test_predict_logits_equals_each_teacher_module(shape, classes):
+    """5 teachers in chunks of 2 (one partial chunk), after one training step so that teachers differ."""
+    n, b = 5, 7
+    ens = TeacherEnsemble(n, shape, classes, chunk_size=2, seed=2).to(torch.float64)
+    real_x, real_y, x, y = batches(n, b, shape, classes, seed=0)
+    ens.train_step(real_x, real_y, x, y)
+    before = {name: p.clone() for name, p in ens.params.named_buffers()}
+    shared = ens.predict_logits(x, y)  # one set of samples for all teachers
+    own = ens.predict_logits(real_x, real_y)  # teacher t on its own (b, *shape) batch real_x[t]
+    assert shared.shape == own.shape == (n, b) and not shared.requires_grad
+    for i in range(n):
+        m = ens.teacher(i)
+        torch.testing.assert_close(shared[i], m(x, y).detach(), rtol=0, atol=1e-12)
+        torch.testing.assert_close(own[i], m(real_x[i], real_y[i]).detach(), rtol=0, atol=1e-12)
+    assert all(torch.equal(p, before[name]) for name, p in ens.params.named_buffers())  # no update
+    assert not torch.equal(shared[0], shared[1])  # the teachers are different nets
+
+
+def test_predict_logits_shared_labels_with_per_teacher_inputs_and_bad_shapes():
+    ens = TeacherEnsemble(3, (6,), 2, chunk_size=2).to(torch.float64)
+    x, y = torch.rand(3, 4, 6, dtype=torch.float64), torch.tensor([0, 1, 1, 0])
+    torch.testing.assert_close(ens.predict_logits(x, y), ens.predict_logits(x, y.expand(3, 4)), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="x must be"):
+        ens.predict_logits(torch.rand(2, 4, 6), y)  # 2 sets of samples for 3 teachers
+    with pytest.raises(ValueError, match="y must be"):
+        ens.predict_logits(x, y[:3])

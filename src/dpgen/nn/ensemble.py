@@ -190,6 +190,28 @@ class TeacherEnsemble(nn.Module):
             out[s:e] = g.reshape(n, b, -1)
         return out
 
+    @torch.no_grad()
+    def predict_logits(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Every teacher's logits (T, n) on n samples, without gradients, one chunk of teachers at a time.
+
+        x: (n, *in_shape) shared by all teachers, or (T, n, *in_shape) one set per teacher; y: (n,) or (T, n)
+        int64 labels. The n samples are ONE batch per teacher (BatchNorm on their statistics), exactly as
+        `teacher(t)(x, y)`. The current weights are used; nothing is updated."""
+        shared = x.dim() == len(self.in_shape) + 1
+        n = x.shape[0] if shared else x.shape[1]
+        if tuple(x.shape[-len(self.in_shape):]) != self.in_shape or (not shared and x.shape[0] != self.n_teachers):
+            raise ValueError(f"x must be (n, *{self.in_shape}) or ({self.n_teachers}, n, *{self.in_shape}), "
+                             f"got {tuple(x.shape)}")
+        if y.shape not in ((n,), (self.n_teachers, n)):
+            raise ValueError(f"y must be ({n},) or ({self.n_teachers}, {n}), got {tuple(y.shape)}")
+        x, y = x.to(self.dtype), y.to(self.device)
+        out = torch.empty(self.n_teachers, n, dtype=self.dtype, device=self.device)
+        for s, e in self.chunks():
+            xs = x.expand(e - s, *x.shape) if shared else x[s:e]
+            ys = y.expand(e - s, n) if y.dim() == 1 else y[s:e]
+            out[s:e] = self.logits(self.stacked(self.params, s, e), xs, ys)
+        return out
+
     def teacher(self, i: int) -> ConditionalDiscriminator:
         """Teacher i as a standalone `ConditionalDiscriminator` (a copy of its current weights)."""
         module = ConditionalDiscriminator(self.in_shape, self.num_classes, **self.arch)
