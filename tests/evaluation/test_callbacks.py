@@ -41,7 +41,7 @@ class RealData(pl.LightningModule):
 
 
 class Data(pl.LightningDataModule):
-    name = "mnist_small"
+    name, num_classes = "mnist_small", 10
 
     def __init__(self, train, test):
         super().__init__()

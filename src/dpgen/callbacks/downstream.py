@@ -73,11 +73,6 @@ class EvaluationCallback(pl.Callback):
         return x.detach().cpu().float(), y.detach().cpu().long()
 
 
-def num_classes_of(trainer, pl_module) -> int:
-    known = getattr(pl_module, "num_classes", None) or getattr(trainer.datamodule, "num_classes", None)
-    return int(known) if known else int(trainer.datamodule.test_data.y.max()) + 1
-
-
 class DownstreamUtility(EvaluationCallback):
     """Images: accuracy on the real test set of the appendix E CNN trained on `n_samples` synthetic
     images with uniform labels. Tables: AUROC / AUPRC of `tabular_models` ("gpate" or "pategan")
@@ -104,15 +99,22 @@ class DownstreamUtility(EvaluationCallback):
 
     def evaluate(self, trainer, pl_module) -> dict:
         test = trainer.datamodule.test_data
-        num_classes = num_classes_of(trainer, pl_module)
         if test.x.dim() == 4:
-            x, y = self.synthetic(pl_module, torch.arange(self.n_samples) % num_classes)
+            labels = torch.arange(self.n_samples) % trainer.datamodule.num_classes
+        else:
+            labels = None  # tables: the method's own class ratio
+        x, y = self.synthetic(pl_module, labels)
+        return self.evaluate_synthetic(x, y, trainer.datamodule, pl_module.device)
+
+    def evaluate_synthetic(self, x: torch.Tensor, y: torch.Tensor, dm, device=None) -> dict:
+        """The evaluation of a given synthetic set against the datamodule's real data (also evaluate.py's)."""
+        test = dm.test_data
+        if test.x.dim() == 4:
             return image_accuracy(
-                x, y, test.x, test.y, num_classes=num_classes, val_fraction=self.val_fraction, max_epochs=self.max_epochs,
-                patience=self.patience, seed=self.seed, device=pl_module.device, progress=False,
+                x, y, test.x, test.y, num_classes=dm.num_classes, val_fraction=self.val_fraction,
+                max_epochs=self.max_epochs, patience=self.patience, seed=self.seed, device=device, progress=False,
             )
-        x, y = self.synthetic(pl_module, None)
         if self.ranking:
-            train = trainer.datamodule.train_data
+            train = dm.train_data
             return tabular_evaluation(train.x, train.y, test.x, test.y, x, y, models=self.tabular_models, seed=self.seed)
         return tabular_scores(x, y, test.x, test.y, models=self.tabular_models, seed=self.seed)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from dpgen.callbacks.downstream import EvaluationCallback, num_classes_of
+from dpgen.callbacks.downstream import EvaluationCallback
 from dpgen.evaluation.fidelity import domain_classifier_for, image_quality
 
 
@@ -40,26 +40,26 @@ class ImageQuality(EvaluationCallback):
         self.classifier = None
         self.classifier_info: dict = {}
 
-    def load_classifier(self, trainer, pl_module) -> None:
-        dm = trainer.datamodule
-        dataset = getattr(dm, "name", None) or type(dm).__name__.lower()
-        self.classifier, self.classifier_info = domain_classifier_for(
-            dataset, dm.train_data.x, dm.train_data.y, dm.test_data.x, dm.test_data.y,
-            num_classes=num_classes_of(trainer, pl_module), directory=self.classifier_dir,
-            epochs=self.classifier_epochs, seed=self.seed, device=pl_module.device, progress=False,
-        )
-
     def evaluate(self, trainer, pl_module) -> dict:
-        dm = trainer.datamodule
+        if trainer.datamodule.test_data.x.dim() != 4:
+            return {}
+        x, y = self.synthetic(pl_module, torch.arange(self.n_samples) % trainer.datamodule.num_classes)
+        return self.evaluate_synthetic(x, y, trainer.datamodule, pl_module.device)
+
+    def evaluate_synthetic(self, x: torch.Tensor, y: torch.Tensor, dm, device=None) -> dict:
+        """IS / FID of a given synthetic image set against the datamodule's real data (also evaluate.py's)."""
         if dm.test_data.x.dim() != 4:
             return {}
         if self.classifier is None:
-            self.load_classifier(trainer, pl_module)
-        x, _ = self.synthetic(pl_module, torch.arange(self.n_samples) % num_classes_of(trainer, pl_module))
+            self.classifier, self.classifier_info = domain_classifier_for(
+                dm.name, dm.train_data.x, dm.train_data.y, dm.test_data.x, dm.test_data.y,
+                num_classes=dm.num_classes, directory=self.classifier_dir, epochs=self.classifier_epochs,
+                seed=self.seed, device=device, progress=False,
+            )
         real = dm.test_data.x if self.reference == "test" else dm.train_data.x
         metrics = image_quality(
             x, real, self.classifier, inception_weights=self.inception_weights, kid=self.kid,
-            cache_root=self.cache_root, device=pl_module.device,
+            cache_root=self.cache_root, device=device,
         )
         return {
             **metrics,

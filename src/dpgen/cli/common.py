@@ -6,6 +6,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from dpgen.callbacks.downstream import flatten
 from dpgen.callbacks.privacy_budget import BudgetError
 from dpgen.data.errors import DataError
 
@@ -13,6 +14,16 @@ CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 # Errors caused by input or configuration: printed as one clear message, without a traceback.
 USER_ERRORS = (DataError, BudgetError)
 console = Console()
+
+
+def metric_rows(results: dict) -> list[tuple[str, str]]:
+    """The evaluation numbers of a results dict, one (name, value) row each."""
+    rows = []
+    for key in ("downstream", "image_quality"):
+        for name, value in flatten(results.get(key) or {}, key).items():
+            if not name.endswith("/step"):
+                rows.append((name, f"{value:.4g}"))
+    return rows
 
 
 def print_summary(out: Path, results: dict, grid: Path | None) -> None:
@@ -24,12 +35,23 @@ def print_summary(out: Path, results: dict, grid: Path | None) -> None:
         for bound, eps in privacy["epsilon"].items():
             gov = " (governing)" if bound == privacy["governing_bound"] else ""
             table.add_row(f"epsilon, {bound}{gov}", f"{eps:.4g} at delta={privacy['delta']:g}")
+        if privacy.get("stop"):
+            table.add_row("stopped", privacy["stop"]["reason"])
     else:
         table.add_row("privacy", privacy["note"])
-    for key, value in results.items():
-        if key.startswith(("accuracy", "fid", "is", "auroc", "auprc")) or key == "losses":
-            table.add_row(key, str(value))
+    for name, value in results["losses"].items():
+        table.add_row(name, f"{value:.4g}")
+    for name, value in metric_rows(results):
+        table.add_row(name, value)
     if grid:
         table.add_row("samples", str(grid))
     table.add_row("generator", str(out / "generator.pt"))
+    console.print(table)
+
+
+def print_metrics(title: str, results: dict, out: Path) -> None:
+    table = Table(title=title, show_header=False)
+    for name, value in metric_rows(results):
+        table.add_row(name, value)
+    table.add_row("written to", str(out))
     console.print(table)

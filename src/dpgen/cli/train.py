@@ -63,7 +63,7 @@ def privacy_report(model, cfg: DictConfig) -> dict:
     p = cfg.privacy
     eps = {b: model.ledger.epsilon(p.delta, bound=b, conversion=p.conversion)[0] for b in model.ledger.bounds}
     return {"private": True, "delta": p.delta, "governing_bound": p.bound, "conversion": p.conversion,
-            "epsilon": eps}
+            "epsilon": eps, "stop": model.ledger.stop}
 
 
 def run(cfg: DictConfig) -> dict:
@@ -85,7 +85,8 @@ def run(cfg: DictConfig) -> dict:
         "privacy": privacy_report(model, cfg),
     }
     for cb in callbacks:
-        results.update(getattr(cb, "results", None) or {})
+        if getattr(cb, "results", None):
+            results[cb.name] = cb.results
     (out / "metrics.json").write_text(json.dumps(results, indent=2, default=float) + "\n")
     grid = next((cb.last_path for cb in callbacks if isinstance(cb, SampleGrid)), None)
     print_summary(out, results, grid)
