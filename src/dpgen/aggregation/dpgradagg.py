@@ -12,22 +12,27 @@ from dpgen.privacy.pate import (rdp_confident_gnmax_batch, rdp_gnmax_data_indepe
 
 @dataclass(frozen=True)
 class DPGradAggParams:
-    """Algorithm 2 inputs. `threshold` is a fraction of the teachers (0.5 in appendix E)."""
+    """Algorithm 2 inputs. `threshold` is a fraction of the teachers (0.5 in appendix E). `proj_dim=None`: no
+    projection (R = identity, one query per coordinate; Table 4 "N/A")."""
 
     clip: float = 1e-4
     bins: int = 10
-    proj_dim: int = 10
+    proj_dim: int | None = 10
     sigma1: float = 3000.0
     sigma2: float = 1000.0
     threshold: float = 0.5
 
     def __post_init__(self):
-        if self.clip <= 0 or self.bins < 2 or self.proj_dim < 1:
-            raise ValueError(f"need clip > 0, bins >= 2, proj_dim >= 1; got {self}")
+        if self.clip <= 0 or self.bins < 2 or (self.proj_dim is not None and self.proj_dim < 1):
+            raise ValueError(f"need clip > 0, bins >= 2, proj_dim >= 1 or None; got {self}")
         if self.sigma1 <= 0 or self.sigma2 <= 0:
             raise ValueError(f"noise scales must be positive, got sigma1={self.sigma1}, sigma2={self.sigma2}")
         if not 0 < self.threshold <= 1:
             raise ValueError(f"threshold is a fraction of the teachers in (0, 1], got {self.threshold}")
+
+    def queries_per_sample(self, dim: int) -> int:
+        """Confident-GNMax queries per aggregated gradient of `dim` coordinates: k, or dim without projection."""
+        return dim if self.proj_dim is None else self.proj_dim
 
 
 @dataclass
@@ -64,17 +69,22 @@ def dp_grad_agg(grads: torch.Tensor, p: DPGradAggParams, orders: np.ndarray, gen
 
     Each sample gets a NEW projection R ~ N(0, 1/k)^(dim x k) (data-independent, so free); each of the
     k projected coordinates is one Confident-GNMax query; unanswered coordinates are 0; the answer is the
-    midpoint of the chosen bin; back-projection is u_priv R^T (lines 3-11)."""
+    midpoint of the chosen bin; back-projection is u_priv R^T (lines 3-11). Without projection
+    (`proj_dim=None`, Table 4 "N/A") every coordinate of the gradient is a query and R is the identity."""
     n_teachers, n_samples, dim = grads.shape
-    k = p.proj_dim
-    proj = torch.randn(n_samples, dim, k, generator=generator, dtype=grads.dtype, device=grads.device) / k**0.5
-    projected = torch.einsum("tsd,sdk->tsk", grads, proj).reshape(n_teachers, n_samples * k)
+    k = p.queries_per_sample(dim)
+    if p.proj_dim is None:
+        proj = None
+        projected = grads.reshape(n_teachers, n_samples * k)
+    else:
+        proj = torch.randn(n_samples, dim, k, generator=generator, dtype=grads.dtype, device=grads.device) / k**0.5
+        projected = torch.einsum("tsd,sdk->tsk", grads, proj).reshape(n_teachers, n_samples * k)
     votes = vote_histograms(projected, p.clip, p.bins)
     answered, chosen = confident_gnmax(votes, n_teachers, p, generator)
     width = 2 * p.clip / p.bins
     midpoint = -p.clip + (chosen.to(grads.dtype) + 0.5) * width
     u_priv = torch.where(answered, midpoint, torch.zeros_like(midpoint)).view(n_samples, 1, k)
-    private = (u_priv @ proj.transpose(1, 2)).squeeze(1)
+    private = u_priv.view(n_samples, dim) if proj is None else (u_priv @ proj.transpose(1, 2)).squeeze(1)
     votes_np, answered_np = votes.cpu().numpy(), answered.cpu().numpy()
     dep, indep = rdp_confident_gnmax_batch(votes_np, p.threshold * n_teachers, p.sigma1, p.sigma2, orders,
                                            answered_np)
