@@ -82,3 +82,23 @@ def test_unknown_config_name_lists_the_choices(tmp_path):
     result = train(tmp_path, "method=nosuchmethod")
     assert result.returncode != 0
     assert "nosuchmethod" in result.stderr and "gan" in result.stderr
+
+
+def test_wandb_logger_works_offline(tmp_path):
+    result = train(tmp_path, *TINY_GAN, *NARROW_IMAGE_NETS, "data=mnist", "logger=wandb")
+    check_run(tmp_path, result, "image")
+    runs = list((tmp_path / "run" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and any(runs[0].rglob("*.wandb"))
+
+
+def test_multirun_sweep_writes_one_folder_per_job(tmp_path):
+    sweep = tmp_path / "sweep"
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    cmd = [sys.executable, str(REPO / "train.py"), "-m", *TINY_GAN, *NARROW_IMAGE_NETS, "data=mnist,fashion_mnist",
+           f"hydra.sweep.dir={sweep}"]
+    result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
+    assert jobs == ["0_gan_mnist_eps1.0", "1_gan_fashion_mnist_eps1.0"]
+    for job in jobs:
+        assert json.loads((sweep / job / "metrics.json").read_text())["steps"] == 3
