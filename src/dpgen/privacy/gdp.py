@@ -6,6 +6,7 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import log_ndtr, ndtr
 
+from .dpsgd import check_sampled_gaussian
 from .rdp import check_delta
 
 
@@ -36,12 +37,7 @@ def compose(mus) -> float:
 def mu_poisson_clt(q: float, noise_multiplier: float, steps: int) -> float:
     """Bu et al. 2020 (Cor. 4 / eq. 6): T Poisson-subsampled Gaussian steps are asymptotically
     mu-GDP with mu = q sqrt(T (e^{1/sigma^2} - 1)). A central-limit approximation, not a bound."""
-    if not 0.0 <= q <= 1.0:
-        raise ValueError(f"sample rate must be in [0, 1], got {q}")
-    if not noise_multiplier > 0:
-        raise ValueError(f"noise_multiplier must be > 0, got {noise_multiplier}")
-    if int(steps) != steps or steps < 0:
-        raise ValueError(f"steps must be a non-negative integer, got {steps}")
+    check_sampled_gaussian(q, noise_multiplier, steps)
     return float(q * np.sqrt(steps * np.expm1(1.0 / noise_multiplier**2)))
 
 
