@@ -1,0 +1,99 @@
+"""conf/experiment: one file per G-PATE paper cell we reproduce, composed with Hydra."""
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from dpgen.cli.common import CONF_DIR
+
+IMAGES = {"mnist": (1, 28, 28), "fashion_mnist": (1, 28, 28), "celeba_gender_s": (3, 32, 32),
+          "celeba_gender_l": (3, 64, 64), "celeba_hair": (3, 64, 64)}
+CLASSES = {"mnist": 10, "fashion_mnist": 10, "celeba_gender_s": 2, "celeba_gender_l": 2, "celeba_hair": 3,
+           "kaggle_credit": 2}
+# Table 1c (every image data set at eps 1 and 10), Table 2 (eps 0.2-0.8), Table 1a (Kaggle Credit)
+CELLS = {f"gpate_{d}_eps{e}" for d in IMAGES for e in (1, 10)}
+CELLS |= {f"gpate_{d}_eps{e}" for d in ("mnist", "fashion_mnist") for e in ("0.2", "0.4", "0.6", "0.8")}
+CELLS |= {"gpate_kaggle_credit_eps1"}
+# Table 4 (eps 1): the one value each ablation changes
+ABLATIONS = {"proj5": ("method.module.aggregator.proj_dim", 5), "proj20": ("method.module.aggregator.proj_dim", 20),
+             "projnone": ("method.module.aggregator.proj_dim", None),
+             "teachers2000": ("method.n_teachers", 2000), "teachers3000": ("method.n_teachers", 3000),
+             "clip5e-4": ("method.module.aggregator.clip", 5e-4), "clip5e-5": ("method.module.aggregator.clip", 5e-5),
+             "clip1e-5": ("method.module.aggregator.clip", 1e-5),
+             "bins5": ("method.module.aggregator.bins", 5), "bins20": ("method.module.aggregator.bins", 20)}
+CELLS |= {f"gpate_{d}_ablation_{a}" for d in ("mnist", "fashion_mnist") for a in ABLATIONS}
+
+
+def composed(name: str, *overrides: str) -> dict:
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=[f"experiment={name}", *overrides])
+    return {key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("method", "data", "privacy")}
+
+
+def flat(tree: dict, prefix: str = "") -> dict:
+    """{"a.b": value} leaves; method.module.n_teachers (an interpolation of method.n_teachers) is left out."""
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    if not prefix:
+        assert out.pop("method.module.n_teachers") == out["method.n_teachers"]
+    return out
+
+
+def test_one_file_per_cell():
+    assert {p.stem for p in (Path(CONF_DIR) / "experiment").glob("*.yaml")} == CELLS
+    for path in (Path(CONF_DIR) / "experiment").glob("*.yaml"):
+        assert path.read_text().startswith("# @package _global_\n"), path.name
+
+
+@pytest.mark.parametrize("name", sorted(CELLS))
+def test_every_file_composes_and_builds_its_method(name):
+    data = name[len("gpate_"):].split("_eps")[0].split("_ablation")[0]
+    cfg = composed(name, "method.n_teachers=2")
+    assert cfg["method"]["name"] == "gpate" and cfg["data"]["name"] == data
+    assert cfg["privacy"]["delta"] == 1e-5 and cfg["privacy"]["bound"] == "data_dependent"
+    if "_eps" in name:
+        assert cfg["privacy"]["epsilon"] == float(name.split("_eps")[1])
+    shape = IMAGES.get(data, (29,))
+    model = instantiate(cfg["method"]["module"], shape=shape, num_classes=CLASSES[data],
+                        kind="table" if data == "kaggle_credit" else "image")
+    assert model.ensemble.n_teachers == 2
+
+
+@pytest.mark.parametrize("data", ["mnist", "fashion_mnist"])
+def test_ablations_and_table2_change_exactly_one_value_of_the_eps1_cell(data):
+    base = flat(composed(f"gpate_{data}_eps1"))
+    for ablation, (key, value) in ABLATIONS.items():
+        cfg = flat(composed(f"gpate_{data}_ablation_{ablation}"))
+        assert {k for k in base if base[k] != cfg[k]} == {key} and cfg[key] == value, ablation
+    for eps in ("0.2", "0.4", "0.6", "0.8"):
+        cfg = flat(composed(f"gpate_{data}_eps{eps}"))
+        assert {k for k in base if base[k] != cfg[k]} == {"privacy.epsilon"}
+
+
+def test_paper_settings_of_appendix_e():
+    one, ten = composed("gpate_mnist_eps1")["method"], composed("gpate_fashion_mnist_eps10")["method"]
+    assert (one["n_teachers"], one["batch_size"], one["module"]["z_dim"]) == (4000, 15, 50)
+    assert (one["module"]["aggregator"]["sigma1"], one["module"]["aggregator"]["sigma2"]) == (3000.0, 1000.0)
+    assert (ten["n_teachers"], ten["batch_size"], ten["module"]["z_dim"]) == (2000, 30, 100)
+    assert (ten["module"]["aggregator"]["sigma1"], ten["module"]["aggregator"]["sigma2"]) == (600.0, 100.0)
+    assert one["module"]["aggregator"] | {"sigma1": 0, "sigma2": 0} == {
+        "clip": 1e-4, "bins": 10, "proj_dim": 10, "sigma1": 0, "sigma2": 0, "threshold": 0.5}
+
+
+def test_kaggle_credit_cell_builds_the_pategan_sized_teachers_and_releases_the_ratio():
+    cfg = composed("gpate_kaggle_credit_eps1")
+    method = cfg["method"]
+    assert (method["n_teachers"], method["batch_size"], method["module"]["class_ratio_epsilon"]) == (2100, 32, 0.01)
+    agg = method["module"]["aggregator"]
+    assert (agg["proj_dim"], agg["sigma1"], agg["sigma2"], agg["clip"]) == (5, 1500.0, 600.0, 1e-4)
+    model = instantiate(method["module"], shape=(29,), num_classes=2, kind="table")
+    # one hidden layer of d = 29 units: fc (29 + 2 labels) -> 29, BatchNorm 29, out (29 + 2) -> 1
+    assert model.ensemble.n_teachers == 2100 and model.ensemble.shapes["fc.weight"] == (29, 31)
+    assert sum(p.numel() for p in model.ensemble.teacher(0).parameters()) == 31 * 29 + 29 + 2 * 29 + 31 + 1
+    assert model.class_ratio_epsilon == 0.01 and model.class_probs is None  # released at fit start
