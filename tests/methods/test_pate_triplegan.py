@@ -1,0 +1,180 @@
+"""PATE-TripleGAN (dpgen.methods.pate_triplegan, dpgen.aggregation.hybrid) on a tiny table."""
+import json
+import math
+import warnings
+
+import lightning.pytorch as pl
+import numpy as np
+import pytest
+import torch
+from opacus.accountants.analysis.rdp import compute_rdp
+from scipy.optimize import brentq
+from scipy.stats import norm
+
+from dpgen.aggregation import hybrid
+from dpgen.callbacks.privacy_budget import PrivacyBudget
+from dpgen.data.base import DPGenDataModule, TensorData
+from dpgen.data.partition import partition_indices
+from dpgen.methods.pate_triplegan import PATETripleGAN
+from dpgen.privacy.rdp import DEFAULT_ORDERS, eps_from_rdp
+
+warnings.filterwarnings("ignore")
+
+RECORDS, FEATURES, TEACHERS, PARTITIONS, BATCH = 400, 4, 8, 10, 16  # percent = 8 / 10
+
+
+class Toy(DPGenDataModule):
+    """400 records; feature 0 is the record index / 400; class 1 (every 4th record) sits around 0.75.
+    `relabel` flips the labels of the records in partitions >= 8 (the unlabelled ones)."""
+
+    name, kind, shape, num_classes, class_names = "toy", "table", (FEATURES,), 2, ["a", "b"]
+
+    def __init__(self, relabel: bool = False, **kw):
+        super().__init__(**kw)
+        self.relabel = relabel
+
+    def load(self):
+        g = torch.Generator().manual_seed(0)
+        y = (torch.arange(RECORDS) % 4 == 0).long()
+        x = (0.25 + 0.5 * y[:, None] + 0.05 * torch.randn(RECORDS, FEATURES, generator=g)).clamp(0, 1)
+        x[:, 0] = torch.arange(RECORDS) / RECORDS
+        if self.relabel:
+            unlabelled = torch.cat(partition_indices(RECORDS, PARTITIONS, self.seed)[TEACHERS:])
+            y[unlabelled] = 1 - y[unlabelled]
+        return TensorData(x.float(), y), TensorData(x[:50].float(), y[:50])
+
+
+def tiny(**kw):
+    args = dict(n_teachers=TEACHERS, percent=TEACHERS / PARTITIONS, batch_size=BATCH, teacher_steps=2, z_dim=8,
+                lr=1e-3, sigma1=2.0, sigma2=2.0, teachers=dict(hidden=16), generator=dict(hidden=[16]),
+                student=dict(hidden=[16]), classifier=dict(hidden=8))
+    args.update(kw)
+    return PATETripleGAN((FEATURES,), 2, "table", **args)
+
+
+def fit(model, steps, callbacks=(), root=None, relabel=False):
+    trainer = pl.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=list(callbacks), default_root_dir=root)
+    dm = Toy(relabel=relabel, batch_size=2 * BATCH, n_teachers=PARTITIONS)
+    trainer.fit(model, datamodule=dm)
+    return trainer, dm
+
+
+def test_teachers_see_only_their_labelled_partition(monkeypatch):
+    model = tiny()
+    seen = []
+    train_step = model.ensemble.train_step
+
+    def spy(real_x, real_y, fake_x, fake_y):
+        seen.append(torch.round(real_x[..., 0] * RECORDS).long())
+        return train_step(real_x, real_y, fake_x, fake_y)
+
+    monkeypatch.setattr(model.ensemble, "train_step", spy)
+    _, dm = fit(model, steps=4)
+    assert len(seen) == 4 * 2 and seen[0].shape == (TEACHERS, BATCH)
+    for t in range(TEACHERS):
+        assert set(torch.cat([s[t] for s in seen]).tolist()) <= set(dm.partitions[t].tolist())
+    assert model.labelled.sum() == sum(len(p) for p in dm.partitions[:TEACHERS]) == 320  # percent 0.8
+
+
+def test_labels_of_unlabelled_records_change_nothing():
+    """Same seeds and (test-fixed) noise: flipping every unlabelled record's label leaves the run identical."""
+    runs = []
+    for relabel in (False, True):
+        torch.manual_seed(0)
+        model = tiny()
+        fit(model, steps=3, relabel=relabel)
+        runs.append(torch.cat([p.detach().flatten() for p in model.generator.parameters()]))
+    assert torch.equal(runs[0], runs[1])
+
+
+def test_every_query_and_every_dpsgd_step_is_charged(monkeypatch):
+    model = tiny()
+    answered = []
+    vote = hybrid.noisy_vote
+
+    def spy(logits, p, generator):
+        release = vote(logits, p, generator)
+        answered.append(int(release.answered.sum()))
+        return release
+
+    monkeypatch.setattr(hybrid, "noisy_vote", spy)
+    fit(model, steps=5)
+    mech = model.ledger.summary(1e-5)["mechanisms"]
+    assert mech[hybrid.THRESHOLD]["count"] == 5 * BATCH  # one threshold check per generator pair
+    assert mech[hybrid.VOTE]["count"] == sum(answered) and 0 < sum(answered) < 5 * BATCH
+    assert mech[hybrid.DPSGD]["count"] == 5
+    assert mech[hybrid.DPSGD]["params"] == [{"sample_rate": BATCH / RECORDS, "noise_multiplier": 0.4}]
+
+
+def gdp_epsilon(mu, delta):
+    """Dong et al. 2022 Cor. 2.13: delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2), solved for eps."""
+    return brentq(lambda e: norm.cdf(-e / mu + mu / 2) - math.exp(e) * norm.cdf(-e / mu - mu / 2) - delta, 0, 200)
+
+
+def test_gdp_epsilon_equals_a_hand_computation_and_rdp_cross_checks_it():
+    """Vote history: 50 threshold checks at sigma1 = 20 (mu 1/20 each), 30 answered at sigma2 = 10 (mu sqrt2/10),
+    4 DP-SGD steps with q = 0.04, sigma = 0.4, accounted as the paper (Bu et al.: mu = q sqrt(e^{1/sigma^2} - 1)).
+    mu^2 = 50/400 + 30 * 2/100 + 4 * 0.0016 (e^6.25 - 1) = 0.125 + 0.6 + 3.3089 = 4.0339."""
+    p = hybrid.HybridParams(sigma1=20.0, sigma2=10.0, noise_multiplier=0.4, accounting="clt")
+    model = tiny()
+    release = hybrid.VoteRelease(np.zeros((50, 2)), np.arange(50) < 30, np.ones(50))
+    hybrid.record(model.ledger, p, release, 0.04)
+    for _ in range(3):
+        hybrid.record(model.ledger, p, hybrid.VoteRelease(np.zeros((0, 2)), np.zeros(0, bool), np.zeros(0)), 0.04)
+    mu = math.sqrt(50 / 400 + 30 * 2 / 100 + 4 * 0.04**2 * math.expm1(1 / 0.16))
+    assert model.ledger.mu() == pytest.approx(mu, rel=1e-12) and mu == pytest.approx(math.sqrt(4.0339), rel=1e-5)
+    eps_gdp, _ = model.ledger.epsilon(1e-5, conversion="gdp")
+    assert eps_gdp == pytest.approx(gdp_epsilon(mu, 1e-5), rel=1e-8)
+    # cross-check: the same releases through RDP (a mu-GDP release is (a, a mu^2/2)-RDP) give a larger eps
+    eps_rdp, _ = model.ledger.epsilon(1e-5, conversion="classical")
+    assert eps_rdp == pytest.approx(eps_from_rdp(DEFAULT_ORDERS * mu**2 / 2, DEFAULT_ORDERS, 1e-5)[0])
+    assert eps_gdp < eps_rdp < 1.5 * eps_gdp
+
+
+def test_rdp_accounting_of_the_dpsgd_part_matches_opacus():
+    """accounting="rdp": the votes' GDP joins as a mu^2 a / 2 RDP curve, DP-SGD is Opacus' subsampled Gaussian."""
+    p = hybrid.HybridParams(sigma1=20.0, sigma2=10.0, noise_multiplier=0.4, accounting="rdp")
+    model = tiny()
+    for _ in range(4):
+        hybrid.record(model.ledger, p, hybrid.VoteRelease(np.zeros((10, 2)), np.arange(10) < 6, np.ones(10)), 0.04)
+    votes_mu_sq = 40 / 400 + 24 * 2 / 100
+    rdp = np.asarray(compute_rdp(q=0.04, noise_multiplier=0.4, steps=4, orders=list(DEFAULT_ORDERS)))
+    expected = eps_from_rdp(rdp + DEFAULT_ORDERS * votes_mu_sq / 2, DEFAULT_ORDERS, 1e-5)[0]
+    assert model.ledger.epsilon(1e-5, "data_independent")[0] == pytest.approx(expected, rel=1e-10)
+    with pytest.raises(ValueError, match="GDP releases only"):
+        model.ledger.epsilon(1e-5, conversion="gdp")
+
+
+def test_budget_stops_before_exceeding(tmp_path):
+    """clt accounting, GDP conversion: each step announces mu_step^2 = 16 (1/400 + 2/400) + q^2 (e^6.25 - 1)
+    with q = 16/400 (sigma1 = sigma2 = 20); training stops at the last T with eps(sqrt(T) mu_step) <= 10."""
+    model = tiny(accounting="clt", sigma1=20.0, sigma2=20.0)
+    step_mu_sq = BATCH * (1 / 400 + 2 / 400) + (BATCH / RECORDS) ** 2 * math.expm1(1 / 0.16)
+    fits = max(t for t in range(1, 100) if gdp_epsilon(math.sqrt(t * step_mu_sq), 1e-5) <= 10.0)
+    assert 2 <= fits < 30
+    budget = PrivacyBudget(epsilon=10.0, delta=1e-5, bound="data_independent", conversion="gdp")
+    trainer, _ = fit(model, steps=100, callbacks=[budget], root=str(tmp_path))
+    assert trainer.global_step == fits
+    report = json.loads((tmp_path / "privacy.json").read_text())
+    assert report["epsilon"] <= 10.0 and report["stop"]["discarded_steps"] == 0
+    assert "asymptotic_warning" in report  # the paper's CLT mu is flagged as an approximation
+
+
+def test_tiny_run_lowers_the_teacher_and_classifier_losses():
+    model = tiny(sigma1=0.5, sigma2=0.5)
+    losses = []
+    log_dict = model.log_dict
+    model.log_dict = lambda d, **kw: (losses.append({k: float(v) for k, v in d.items()}), log_dict(d, **kw))
+    fit(model, steps=30)
+    for name in ("loss/teachers", "loss/classifier"):
+        assert np.mean([l[name] for l in losses[-5:]]) < losses[0][name]
+
+
+def test_student_is_opacus_ready_and_the_partition_count_is_checked():
+    model = tiny()
+    assert not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.student.modules())
+    with pytest.raises(ValueError, match="needs the datamodule split into 10 partitions"):
+        trainer = pl.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                             enable_model_summary=False)
+        trainer.fit(model, datamodule=Toy(batch_size=2 * BATCH, n_teachers=TEACHERS))
