@@ -97,3 +97,15 @@ def test_kaggle_credit_cell_builds_the_pategan_sized_teachers_and_releases_the_r
     assert model.ensemble.n_teachers == 2100 and model.ensemble.shapes["fc.weight"] == (29, 31)
     assert sum(p.numel() for p in model.ensemble.teacher(0).parameters()) == 31 * 29 + 29 + 2 * 29 + 31 + 1
     assert model.class_ratio_epsilon == 0.01 and model.class_probs is None  # released at fit start
+
+
+def test_hparams_search_is_a_multirun_grid_whose_every_job_composes():
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=["hparams_search=gpate_noise"], return_hydra_config=True)
+    assert str(cfg.hydra.mode) == "RunMode.MULTIRUN" and cfg.method.name == "gpate"
+    grid = {key: str(values).split(",") for key, values in cfg.hydra.sweeper.params.items()}
+    assert len(grid) == 3 and all(len(values) == 2 for values in grid.values())
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        job = compose("config", overrides=["method=gpate", *(f"{key}={values[-1]}" for key, values in grid.items())])
+    assert job.method.n_teachers == int(grid["method.n_teachers"][-1])
+    assert job.method.module.aggregator.sigma2 == float(grid["method.module.aggregator.sigma2"][-1])

@@ -6,10 +6,15 @@ The evaluation itself lives in `dpgen.evaluation.downstream`; `EvaluationCallbac
 
 from __future__ import annotations
 
+import logging
+import time
+
 import lightning.pytorch as pl
 import torch
 
 from dpgen.evaluation.downstream import image_accuracy, tabular_evaluation, tabular_scores
+
+log = logging.getLogger(__name__)
 
 
 def flatten(results: dict, prefix: str) -> dict[str, float]:
@@ -57,7 +62,10 @@ class EvaluationCallback(pl.Callback):
     def run(self, trainer, pl_module) -> dict:
         if not trainer.is_global_zero:
             return self.results
+        log.info("%s: evaluating the generator of step %d", self.name, trainer.global_step)
+        start = time.perf_counter()
         results = self.evaluate(trainer, pl_module)
+        log.info("%s: done in %.0f s: %s", self.name, time.perf_counter() - start, flatten(results, self.name))
         if results:
             self.results = {**results, "step": trainer.global_step}
             for logger in trainer.loggers:
@@ -112,7 +120,7 @@ class DownstreamUtility(EvaluationCallback):
         if test.x.dim() == 4:
             return image_accuracy(
                 x, y, test.x, test.y, num_classes=dm.num_classes, val_fraction=self.val_fraction,
-                max_epochs=self.max_epochs, patience=self.patience, seed=self.seed, device=device, progress=False,
+                max_epochs=self.max_epochs, patience=self.patience, seed=self.seed, device=device, progress=True,
             )
         if self.ranking:
             train = dm.train_data

@@ -54,7 +54,7 @@ class ImageQuality(EvaluationCallback):
             self.classifier, self.classifier_info = domain_classifier_for(
                 dm.name, dm.train_data.x, dm.train_data.y, dm.test_data.x, dm.test_data.y,
                 num_classes=dm.num_classes, directory=self.classifier_dir, epochs=self.classifier_epochs,
-                seed=self.seed, device=device, progress=False,
+                seed=self.seed, device=device, progress=True,
             )
         real = dm.test_data.x if self.reference == "test" else dm.train_data.x
         metrics = image_quality(

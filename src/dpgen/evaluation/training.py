@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
-import sys
+import logging
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+log = logging.getLogger(__name__)
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
@@ -82,7 +84,8 @@ def train_classifier(
                     best = {"epoch": epoch, "accuracy": record["val_accuracy"], "state": copy.deepcopy(model.state_dict())}
             history.append(record)
             if progress:
-                print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()), file=sys.stderr)
+                log.info("%s: %s", type(model).__name__,
+                         " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()))
             if has_val and patience is not None and epoch - best["epoch"] >= patience:
                 break
     model.eval()
