@@ -84,6 +84,18 @@ def test_paper_settings_of_appendix_e():
     assert (ten["module"]["aggregator"]["sigma1"], ten["module"]["aggregator"]["sigma2"]) == (600.0, 100.0)
     assert one["module"]["aggregator"] | {"sigma1": 0, "sigma2": 0} == {
         "clip": 1e-4, "bins": 10, "proj_dim": 10, "sigma1": 0, "sigma2": 0, "threshold": 0.5}
+    # the reference teacher (not the CPU-sized default of conf/method/gpate.yaml): 555,655 parameters on MNIST
+    assert one["module"]["teachers"]["channels"] is None and ten["module"]["teachers"]["hidden"] == 256
+    model = instantiate({**one["module"], "n_teachers": 1}, shape=(1, 28, 28), num_classes=10, kind="image")
+    assert sum(p.numel() for p in model.ensemble.teacher(0).parameters()) == 555_655
+
+
+def test_train_py_defaults_to_the_cpu_sized_gpate_on_mnist_at_its_own_budget():
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config")
+        dpgan = compose("config", overrides=["method=dpgan"])
+    assert (cfg.method.name, cfg.data.name, cfg.method.max_steps) == ("gpate", "mnist", -1)  # budget-stopped
+    assert cfg.privacy.epsilon == cfg.method.epsilon == 10.0 and dpgan.privacy.epsilon == 1.0
 
 
 def test_kaggle_credit_cell_builds_the_pategan_sized_teachers_and_releases_the_ratio():

