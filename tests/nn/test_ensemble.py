@@ -140,3 +140,33 @@ def test_predict_logits_shared_labels_with_per_teacher_inputs_and_bad_shapes():
         ens.predict_logits(torch.rand(2, 4, 6), y)  # 2 sets of samples for 3 teachers
     with pytest.raises(ValueError, match="y must be"):
         ens.predict_logits(x, y[:3])
+
+
+def test_joint_batch_norm_is_one_forward_call_on_own_real_then_fake():
+    """joint_batch_norm: each teacher's step and input gradients equal one nn.Module call on [own real; fake]."""
+    n, b, shape, classes = 3, 4, (1, 28, 28), 10
+    ens = TeacherEnsemble(n, shape, classes, chunk_size=2, seed=1, joint_batch_norm=True).to(torch.float64)
+    modules = [ens.teacher(i) for i in range(n)]
+    optims = [torch.optim.Adam(m.parameters(), lr=1e-3, betas=(0.5, 0.999)) for m in modules]
+    real_x, real_y, fake_x, fake_y = batches(n, b, shape, classes, seed=0)
+    losses = ens.train_step(real_x, real_y, fake_x, fake_y)
+    with pytest.raises(ValueError, match="real batch"):
+        ens.input_grads(fake_x, fake_y)
+    grads = ens.input_grads(fake_x, fake_y, real_x, real_y)
+    for i, (m, opt) in enumerate(zip(modules, optims)):
+        out = m(torch.cat([real_x[i], fake_x]), torch.cat([real_y[i], fake_y]))
+        loss = bce(out[:b], torch.ones(b, dtype=out.dtype)) + bce(out[b:], torch.zeros(b, dtype=out.dtype))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        assert losses[i].item() == pytest.approx(loss.item(), abs=1e-12)
+        torch.testing.assert_close(ens.params.fc_weight[i], m.fc.weight.detach(), rtol=0, atol=1e-10)
+        x = fake_x.clone().requires_grad_()
+        out = m(torch.cat([real_x[i], x]), torch.cat([real_y[i], fake_y]))[b:]
+        (want,) = torch.autograd.grad(bce(out, torch.ones_like(out)), [x])
+        torch.testing.assert_close(grads[i], want.reshape(b, -1), rtol=0, atol=1e-12)
+    # teacher i's gradients depend on its own real batch only (PATE's per-teacher sensitivity)
+    changed = real_x.clone()
+    changed[0] = 1 - changed[0]
+    other = ens.input_grads(fake_x, fake_y, changed, real_y)
+    assert not torch.equal(other[0], grads[0]) and torch.equal(other[1:], grads[1:])

@@ -35,11 +35,15 @@ class TeacherEnsemble(nn.Module):
 
     def __init__(self, n_teachers: int, in_shape: Sequence[int], num_classes: int, *, chunk_size: int = 50,
                  lr: float = 1e-3, betas: tuple[float, float] = (0.5, 0.999), eps: float = 1e-8,
-                 moment_dtype: torch.dtype | str = torch.float32, seed: int = 0, **arch):
+                 moment_dtype: torch.dtype | str = torch.float32, joint_batch_norm: bool = False, seed: int = 0,
+                 **arch):
         super().__init__()
         moment_dtype = getattr(torch, moment_dtype) if isinstance(moment_dtype, str) else moment_dtype  # Hydra
         self.n_teachers, self.in_shape, self.num_classes = n_teachers, tuple(in_shape), num_classes
         self.chunk_size, self.lr, self.betas, self.eps, self.arch = chunk_size, lr, tuple(betas), eps, arch
+        # False: real and fake batches normalised apart (two forward calls, as the reference); True: one BatchNorm
+        # batch of [own real, fake], also when taking the fake samples' input gradients
+        self.joint_batch_norm = bool(joint_batch_norm)
         with torch.device("meta"):
             template = ConditionalDiscriminator(in_shape, num_classes, **arch)
         self.channels, self.negative_slope, self.bn_eps = template.channels, template.negative_slope, template.bn_eps
@@ -121,8 +125,8 @@ class TeacherEnsemble(nn.Module):
 
         real_x (T, b, *in_shape), real_y (T, b) int64: each teacher's own real batch; fake_x (b, *in_shape),
         fake_y (b,): one fake batch shared by all teachers. Real and fake batches are normalised with their
-        own BatchNorm statistics (two forward calls in the reference). Returns each teacher's loss (T,)
-        BEFORE the step.
+        own BatchNorm statistics (two forward calls in the reference), or together (`joint_batch_norm`).
+        Returns each teacher's loss (T,) BEFORE the step.
         """
         self.step += 1
         b = len(fake_x)
@@ -135,7 +139,7 @@ class TeacherEnsemble(nn.Module):
             theta = {name: p.detach().requires_grad_() for name, p in self.stacked(self.params, s, e).items()}
             x = torch.cat([real_x[s:e].to(self.dtype), fake_x.expand(n, *fake_x.shape)], 1)
             y = torch.cat([real_y[s:e], fake_y.expand(n, b)], 1)
-            logit = self.logits(theta, x, y, groups=2)
+            logit = self.logits(theta, x, y, groups=1 if self.joint_batch_norm else 2)
             loss = F.binary_cross_entropy_with_logits(logit, target.expand_as(logit), reduction="none")
             loss = loss.view(n, 2, b).mean(2).sum(1)
             grads = torch.autograd.grad(loss.sum(), list(theta.values()))
@@ -173,21 +177,33 @@ class TeacherEnsemble(nn.Module):
             torch._foreach_copy_(v, v_work)
 
     @torch.enable_grad()
-    def input_grads(self, fake_x: torch.Tensor, fake_y: torch.Tensor) -> torch.Tensor:
+    def input_grads(self, fake_x: torch.Tensor, fake_y: torch.Tensor, real_x: torch.Tensor | None = None,
+                    real_y: torch.Tensor | None = None) -> torch.Tensor:
         """Per teacher t and fake sample j: d/dx_j of teacher t's generator loss mean_j' BCE(D_t(x_j', y_j'), 1).
+
+        With `joint_batch_norm` the fake batch is normalised together with teacher t's own real batch
+        (real_x (T, b', *in_shape), real_y (T, b')), as in training; teacher t's gradients then depend on its
+        own partition only, as PATE's per-teacher sensitivity requires.
 
         The loss is the batch MEAN, as in the reference (tf.gradients of a reduce_mean), so this is 1/b times
         the gradient of the summed per-sample losses; with BatchNorm on batch statistics it is the full
         derivative (sample j also acts through the batch statistics). Uses the current (updated) weights.
         The reference's perturbation is the NEGATIVE of this. Returns (T, b, prod(in_shape)).
         """
+        if self.joint_batch_norm and real_x is None:
+            raise ValueError("joint_batch_norm: input_grads needs each teacher's real batch (real_x, real_y)")
         b = len(fake_x)
         fake_x = fake_x.detach().to(self.dtype)
         out = torch.empty(self.n_teachers, b, math.prod(self.in_shape), dtype=self.dtype, device=self.device)
         for s, e in self.chunks():
             n = e - s
             x = fake_x.expand(n, *fake_x.shape).requires_grad_()
-            logit = self.logits(self.stacked(self.params, s, e), x, fake_y.expand(n, b))
+            theta = self.stacked(self.params, s, e)
+            if self.joint_batch_norm:
+                joint = torch.cat([real_x[s:e].to(self.dtype), x], 1)
+                logit = self.logits(theta, joint, torch.cat([real_y[s:e], fake_y.expand(n, b)], 1))[:, -b:]
+            else:
+                logit = self.logits(theta, x, fake_y.expand(n, b))
             loss = F.binary_cross_entropy_with_logits(logit, torch.ones_like(logit), reduction="none").mean(1)
             (g,) = torch.autograd.grad(loss.sum(), [x])
             out[s:e] = g.reshape(n, b, -1)
