@@ -86,6 +86,7 @@ def test_paper_settings_of_appendix_e():
         "clip": 1e-4, "bins": 10, "proj_dim": 10, "sigma1": 0, "sigma2": 0, "threshold": 0.5}
     # the reference teacher (not the CPU-sized default of conf/method/gpate.yaml): 555,655 parameters on MNIST
     assert one["module"]["teachers"]["channels"] is None and ten["module"]["teachers"]["hidden"] == 256
+    assert not one["module"]["teachers"]["joint_batch_norm"]  # real and fake normalised apart, as the reference
     model = instantiate({**one["module"], "n_teachers": 1}, shape=(1, 28, 28), num_classes=10, kind="image")
     assert sum(p.numel() for p in model.ensemble.teacher(0).parameters()) == 555_655
 
