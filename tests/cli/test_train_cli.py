@@ -102,3 +102,10 @@ def test_multirun_sweep_writes_one_folder_per_job(tmp_path):
     assert jobs == ["0_gan_mnist_epsinf", "1_gan_fashion_mnist_epsinf"]  # not private: eps = inf
     for job in jobs:
         assert json.loads((sweep / job / "metrics.json").read_text())["steps"] == 3
+    # ... and python -m dpgen.report compares them (one row per job, plots written)
+    report = subprocess.run([sys.executable, "-m", "dpgen.report", str(sweep)], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stderr[-3000:]
+    table = (sweep / "report.md").read_text()
+    assert "| gan | fashion_mnist | none (not private) |" in table and "| gan | mnist | none (not private) |" in table
+    assert (sweep / "utility_vs_epsilon.png").stat().st_size > 0 and (sweep / "samples.png").stat().st_size > 0
