@@ -3,18 +3,35 @@ import numpy as np
 import pytest
 import torch
 
+from hydra import compose, initialize_config_dir
+
+from dpgen.aggregation import hybrid, pate_vote
 from dpgen.aggregation.dpgradagg import DPGradAggParams, worst_case_rdp
+from dpgen.cli.common import CONF_DIR
 from dpgen.cli.plan import main
+from dpgen.cli.train import build_datamodule, build_method
 from dpgen.data.partition import partition_indices
 from dpgen.data.split import stratified_split
+from dpgen.privacy.dpsgd import rdp_subsampled_gaussian
+from dpgen.privacy.gswgan import GSWGAN_ORDERS, rdp_sampled_wor_gaussian
 from dpgen.privacy.laplace import rdp_laplace
+from dpgen.privacy.ledger import PrivacyLedger
 from dpgen.privacy.plan import plan_confident_gnmax
 from dpgen.privacy.rdp import DEFAULT_ORDERS, eps_from_rdp
 
+MNIST = ["data=mnist", "data.root=/nonexistent", "data.download=false"]  # 60,000 records, known without loading
+ORDERS = np.asarray(DEFAULT_ORDERS, dtype=float)
+
+
+def assert_largest(eps, n, epsilon):
+    """n is the largest step count within the budget: eps(n) <= epsilon < eps(n + 1)."""
+    assert eps(n) <= epsilon < eps(n + 1)
+
 
 def test_mnist_eps1_matches_the_privacy_planner_without_loading_data():
+    # the paper's cell (4000 teachers; the method default is CPU-sized since 28036e5):
     # b = min(15, 60000 / 4000 = 15) = 15 fake samples, k = 10: 150 queries per step
-    result = main(["method=gpate", "data=mnist", "privacy.epsilon=1", "data.root=/nonexistent", "data.download=false"])
+    result = main(["experiment=gpate_mnist_eps1", "data.root=/nonexistent", "data.download=false"])
     assert result["records_source"] == "known size" and result["records"] == 60_000
     assert (result["batch"], result["queries_per_step"]) == (15, 150)
     want = plan_confident_gnmax(4000, 3000.0, 1000.0, 0.5, 150, 1.0, 1e-5)
@@ -69,5 +86,88 @@ def test_unknown_sizes_are_counted_by_loading(tmp_path):
 
 
 def test_a_method_without_planner_is_a_clear_error():
-    with pytest.raises(ValueError, match="no privacy planner for method=gan"):
+    with pytest.raises(ValueError, match="no privacy planner for method=gan") as err:
         main(["method=gan"])
+    for name in ("dpcgan", "dpgan", "gpate", "gswgan", "pate_triplegan", "pategan"):
+        assert name in str(err.value)
+    with pytest.raises(ValueError, match="no privacy planner for method=nope"):
+        main(["method=dpgan", "method.name=nope"])
+
+
+def test_dpgan_counts_generator_steps_of_five_dpsgd_steps():
+    result = main(["method=dpgan", "privacy.epsilon=1", *MNIST])
+    n, q = result["worst_case_steps"], 64 / 60_000
+    assert (result["best_case_steps"], result["dpsgd_steps"], result["sample_rate"]) == (n, 5 * n, q)
+    assert "each 5 DP-SGD steps" in result["step_unit"]
+    # independently: 5 n Poisson-subsampled Gaussian steps at sigma 1.1
+    assert_largest(lambda g: eps_from_rdp(rdp_subsampled_gaussian(q, 1.1, 5 * g, ORDERS), ORDERS, 1e-5)[0], n, 1.0)
+    assert 3000 < n < 3500  # conf/method/dpgan.yaml: "~3200 generator steps at eps=1"
+
+
+def test_dpcgan_plan_is_what_the_method_charges_per_step():
+    overrides = ["method=dpcgan", "method.module.noise_multiplier=2", *MNIST]
+    n = main(overrides)["worst_case_steps"]
+    assert_largest(lambda g: eps_from_rdp(rdp_subsampled_gaussian(0.01, 2.0, g, ORDERS), ORDERS, 1e-5)[0], n, 1.0)
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=overrides)
+    model = build_method(cfg, build_datamodule(cfg))  # FC nets: cheap; no data read
+    model.sample_rate = 600 / 60_000  # what setup() sets from the training set
+    model.configure_optimizers()
+    step = model.step_rdp()  # what training_step records and step_cost_bound announces
+    assert_largest(lambda g: eps_from_rdp(g * step, ORDERS, 1e-5)[0], n, 1.0)
+    # the reference sigma 1.12 (C = 1.1): one step costs eps = 1.06 > 1 under the classical conversion
+    assert main(["method=dpcgan", *MNIST])["best_case_steps"] == 0
+
+
+def test_pategan_plan_charges_every_labelled_sample():
+    result = main(["method=pategan", *MNIST])  # 100 teachers, lam 0.2, n_S = 5 student steps of 64 samples
+    assert result["queries_per_step"] == 320
+    unanimous = np.tile([100.0, 0.0], (320, 1))  # [fake, real] counts, as teacher_votes gives them
+    best = pate_vote.batch_rdp(unanimous, 0.2, ORDERS)  # what student_step records, data-dependent
+    worst = pate_vote.worst_case_rdp(0.2, 320, ORDERS)  # what step_cost_bound announces
+    assert_largest(lambda g: eps_from_rdp(g * best, ORDERS, 1e-5)[0], result["best_case_steps"], 1.0)
+    assert result["worst_case_steps"] == 0 < eps_from_rdp(worst, ORDERS, 1e-5)[0] - 1.0
+    ten = main(["method=pategan", "privacy.epsilon=10", "method.module.lam=0.01", *MNIST])
+    worst = pate_vote.worst_case_rdp(0.01, 320, ORDERS)
+    assert_largest(lambda g: eps_from_rdp(g * worst, ORDERS, 1e-5)[0], ten["worst_case_steps"], 10.0)
+
+
+def test_gswgan_plans_both_bounds_and_the_governing_one():
+    overrides = ["method=gswgan", "method.module.n_discriminators=100", *MNIST]
+    result = main(overrides)  # B = 32, sigma 6.05
+    as_published = rdp_sampled_wor_gaussian(100, 6.05, 32, GSWGAN_ORDERS)
+    sound = rdp_sampled_wor_gaussian(100, 6.05 / np.sqrt(32), 1, GSWGAN_ORDERS)
+    for rdp, n in [(as_published, result["as_published_steps"]), (sound, result["sound_steps"])]:
+        assert_largest(lambda g: eps_from_rdp(g * rdp, GSWGAN_ORDERS, 1e-5)[0], n, 1.0)
+    assert result["governing"] == "sound" and result["best_case_steps"] == result["worst_case_steps"] == result["sound_steps"]
+    published = main([*overrides, "privacy.bound=as_published"])
+    assert published["best_case_steps"] == published["worst_case_steps"] == result["as_published_steps"]
+    with pytest.raises(ValueError, match="not a GS-WGAN bound"):
+        main([*overrides, "privacy.bound=nonsense"])
+
+
+def ledger_after(steps, answered, accounting="rdp"):
+    """A ledger charged as PATETripleGAN.student_step charges it (hybrid.record), defaults on MNIST."""
+    p, ledger = hybrid.HybridParams(accounting=accounting), PrivacyLedger(ORDERS)
+    votes = np.tile([50.0, 50.0], (128, 1))
+    release = hybrid.VoteRelease(votes, np.full(128, answered), np.zeros(128, dtype=np.int64))
+    for _ in range(steps):
+        hybrid.record(ledger, p, release, 128 / 60_000)
+    return ledger
+
+
+def test_pate_triplegan_plans_votes_and_dpsgd_as_the_method_charges_them():
+    # the paper's DP-SGD noise 0.4 under RDP: a single step costs eps > 6; eps = 10 buys a few steps
+    result = main(["method=pate_triplegan", "privacy.epsilon=10", *MNIST])
+    assert (result["queries_per_step"], result["dpsgd_steps_per_step"]) == (128, 1)
+    assert main(["method=pate_triplegan", *MNIST])["best_case_steps"] == 0
+    for answered, n in [(True, result["worst_case_steps"]), (False, result["best_case_steps"])]:
+        assert_largest(lambda g: ledger_after(g, answered).epsilon(1e-5)[0], n, 10.0)
+    clt = main(["method=pate_triplegan", "method.module.accounting=clt", "privacy.conversion=gdp", *MNIST])
+    for answered, n in [(True, clt["worst_case_steps"]), (False, clt["best_case_steps"])]:
+        assert_largest(lambda g: ledger_after(g, answered, "clt").epsilon(1e-5, conversion="gdp")[0], n, 1.0)
+    assert 0 < clt["worst_case_steps"] < clt["best_case_steps"]
+    with pytest.raises(ValueError, match="accounting=clt"):
+        main(["method=pate_triplegan", "privacy.conversion=gdp", *MNIST])
+    with pytest.raises(ValueError, match="method.n_teachers=333"):
+        main(["method=pate_triplegan", "method.module.percent=0.3", *MNIST])

@@ -18,10 +18,12 @@ def steps_within_budget(rdp_per_step, orders, epsilon: float, delta: float, conv
         raise ValueError(f"epsilon must be > 0, got {epsilon}")
     orders = as_orders(orders)
     rdp_per_step = np.asarray(rdp_per_step, dtype=float)
+    return largest_fitting(lambda n: eps_from_rdp(n * rdp_per_step, orders, delta, conversion)[0] <= epsilon)
 
-    def fits(n: int) -> bool:
-        return eps_from_rdp(n * rdp_per_step, orders, delta, conversion)[0] <= epsilon
 
+def largest_fitting(fits) -> int:
+    """Largest n with fits(n), for a fits(n) that holds up to some n and fails beyond (a cost growing with n).
+    Capped at MAX_STEPS; 0 when fits(1) fails."""
     if not fits(1):
         return 0
     low, high = 1, 2
