@@ -105,7 +105,7 @@ def test_dpgan_counts_generator_steps_of_five_dpsgd_steps():
 
 
 def test_dpcgan_plan_is_what_the_method_charges_per_step():
-    overrides = ["method=dpcgan", "method.module.noise_multiplier=2", *MNIST]
+    overrides = ["method=dpcgan", "method.module.noise_multiplier=2", "privacy.epsilon=1", *MNIST]
     n = main(overrides)["worst_case_steps"]
     assert_largest(lambda g: eps_from_rdp(rdp_subsampled_gaussian(0.01, 2.0, g, ORDERS), ORDERS, 1e-5)[0], n, 1.0)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
@@ -116,7 +116,8 @@ def test_dpcgan_plan_is_what_the_method_charges_per_step():
     step = model.step_rdp()  # what training_step records and step_cost_bound announces
     assert_largest(lambda g: eps_from_rdp(g * step, ORDERS, 1e-5)[0], n, 1.0)
     # the reference sigma 1.12 (C = 1.1): one step costs eps = 1.06 > 1 under the classical conversion
-    assert main(["method=dpcgan", *MNIST])["best_case_steps"] == 0
+    assert main(["method=dpcgan", "privacy.epsilon=1", *MNIST])["best_case_steps"] == 0
+    assert main(["method=dpcgan", *MNIST])["best_case_steps"] == 24_413  # hence its default budget eps = 10
 
 
 def test_pategan_plan_charges_every_labelled_sample():
