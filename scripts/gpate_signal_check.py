@@ -1,0 +1,123 @@
+"""How much of the teachers' signal reaches G-PATE's generator: the G-PATE loop without Lightning or accounting.
+
+Each step is G-PATE Algorithm 1 (one fake batch, one Adam step per teacher, the teachers' input gradients),
+with the aggregation chosen by --agg: `mean` (the plain mean of the teachers' gradients, no privacy: the upper
+bound of what the teachers know) or `dpgradagg` (Algorithm 2 with the given clip / bins / projection / noise;
+sigma1 = sigma2 = 1e-3 is the noise-free limit). Every --every steps it prints, as one JSON line: the teachers'
+loss, the share of answered queries, the mean vote share of the top bin and of the two extreme bins (the
+teachers' consensus), and the label accuracy of 100 samples (10 per class) under the cached MNIST domain
+classifier, with the generator's BatchNorm in eval mode (running statistics, as `sample()`) and in training
+mode (batch statistics, as the reference code generates). Sample grids go to --out.
+
+    OMP_NUM_THREADS=1 python scripts/gpate_signal_check.py --agg mean --teachers 200
+    OMP_NUM_THREADS=1 python scripts/gpate_signal_check.py --agg dpgradagg --clip 1e-6 --teachers 200 \
+        --channels 11 16 --hidden 64 --steps 600
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torchvision.utils import save_image
+
+from dpgen.aggregation.dpgradagg import DPGradAggParams, dp_grad_agg
+from dpgen.data.base import default_root
+from dpgen.data.sources import load_mnist
+from dpgen.data.partition import partition_indices
+from dpgen.evaluation.fidelity import domain_classifier_for
+from dpgen.nn.ensemble import TeacherEnsemble
+from dpgen.nn.generator import ConditionalImageGenerator, latent
+from dpgen.privacy.rdp import DEFAULT_ORDERS
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--agg", choices=["mean", "dpgradagg"], default="mean")
+    p.add_argument("--teachers", type=int, default=200)
+    p.add_argument("--batch", type=int, default=15, help="per-teacher real batch = fake batch")
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--every", type=int, default=50)
+    p.add_argument("--clip", type=float, default=1e-4)
+    p.add_argument("--bins", type=int, default=10)
+    p.add_argument("--proj", type=int, default=10, help="projection dims k; 0 = no projection")
+    p.add_argument("--sigma1", type=float, default=1e-3)
+    p.add_argument("--sigma2", type=float, default=1e-3)
+    p.add_argument("--channels", type=int, nargs="*", default=None, help="teacher conv channels (reference: none)")
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--joint-batch-norm", action="store_true")
+    p.add_argument("--z-dim", type=int, default=100)
+    p.add_argument("--g-lr", type=float, default=1e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="outputs/gpate_signal_check")
+    return p.parse_args()
+
+
+def label_accuracy(gen, classifier, z, y, batch: int, train_mode: bool):
+    """Share of samples the domain classifier assigns to their conditioning label, and the samples."""
+    gen.train(train_mode)
+    with torch.no_grad():
+        size = batch if train_mode else len(y)  # batch statistics over batches of b, as the reference samples
+        x = torch.cat([gen(z[i:i + size], y[i:i + size]) for i in range(0, len(y), size)])
+    gen.train(True)
+    return (classifier(x).argmax(1) == y).float().mean().item(), x
+
+
+def main():
+    a = parse_args()
+    torch.manual_seed(a.seed)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tx, ty, sx, sy = load_mnist(default_root(), download=False)
+    x = torch.from_numpy(tx).float().div(255).unsqueeze(1)
+    y = torch.from_numpy(ty.astype("int64"))
+    classifier, _ = domain_classifier_for("mnist", x, y, torch.from_numpy(sx).float().div(255).unsqueeze(1),
+                                          torch.from_numpy(sy.astype("int64")), num_classes=10, progress=False)
+    parts = partition_indices(len(x), a.teachers, a.seed)
+    size = min(len(q) for q in parts)
+    parts = torch.stack([q[:size] for q in parts])
+    b = min(a.batch, size)
+    arch = {"hidden": a.hidden} | ({"channels": a.channels} if a.channels else {})
+    ensemble = TeacherEnsemble(a.teachers, (1, 28, 28), 10, joint_batch_norm=a.joint_batch_norm,
+                               moment_dtype="bfloat16", seed=a.seed, **arch)
+    gen = ConditionalImageGenerator((1, 28, 28), 10, z_dim=a.z_dim)
+    opt = torch.optim.Adam(gen.parameters(), lr=a.g_lr, betas=(0.5, 0.999))
+    agg = DPGradAggParams(clip=a.clip, bins=a.bins, proj_dim=a.proj or None, sigma1=a.sigma1, sigma2=a.sigma2)
+    orders = np.asarray(DEFAULT_ORDERS, dtype=float)
+    z_fixed, y_fixed = latent(100, a.z_dim), torch.arange(10).repeat(10)
+    start = time.time()
+    for step in range(1, a.steps + 1):
+        rows = torch.arange(a.teachers)[:, None]
+        idx = parts if b == size else parts[rows, torch.randint(size, (a.teachers, b))]
+        real_x, real_y = x[idx], y[idx]
+        fake_y = torch.randint(0, 10, (b,))
+        fake = gen(latent(b, a.z_dim), fake_y)
+        d_loss = ensemble.train_step(real_x, real_y, fake.detach(), fake_y)
+        grads = -ensemble.input_grads(fake.detach(), fake_y, real_x, real_y)
+        stats = {}
+        if a.agg == "mean":
+            private = grads.mean(0)
+        else:
+            private, release = dp_grad_agg(grads, agg, orders)
+            share = release.votes / a.teachers
+            stats = {"answered": float(release.answered.mean()), "top_share": float(share.max(1).mean()),
+                     "extreme_share": float((share[:, 0] + share[:, -1]).mean())}
+        g_loss = ((fake - (fake + private.view_as(fake)).detach()) ** 2).sum()
+        opt.zero_grad()
+        g_loss.backward()
+        opt.step()
+        if step % a.every == 0 or step == 1:
+            acc_eval, x_eval = label_accuracy(gen, classifier, z_fixed, y_fixed, b, train_mode=False)
+            acc_train, x_train = label_accuracy(gen, classifier, z_fixed, y_fixed, b, train_mode=True)
+            save_image(x_eval, out / f"eval_{step:05d}.png", nrow=10)
+            save_image(x_train, out / f"train_{step:05d}.png", nrow=10)
+            print(json.dumps({"step": step, "teacher_loss": round(float(d_loss.mean()), 4), **stats,
+                              "label_acc_eval": acc_eval, "label_acc_train": acc_train,
+                              "seconds": round(time.time() - start)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
