@@ -25,8 +25,7 @@ import torch
 from torchvision.utils import save_image
 
 from dpgen.aggregation.dpgradagg import DPGradAggParams, dp_grad_agg
-from dpgen.data.base import default_root
-from dpgen.data.sources import load_mnist
+from dpgen.data.mnist import MNISTDataModule
 from dpgen.data.partition import partition_indices
 from dpgen.evaluation.fidelity import domain_classifier_for
 from dpgen.nn.ensemble import TeacherEnsemble
@@ -71,11 +70,9 @@ def main():
     torch.manual_seed(a.seed)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    tx, ty, sx, sy = load_mnist(default_root(), download=False)
-    x = torch.from_numpy(tx).float().div(255).unsqueeze(1)
-    y = torch.from_numpy(ty.astype("int64"))
-    classifier, _ = domain_classifier_for("mnist", x, y, torch.from_numpy(sx).float().div(255).unsqueeze(1),
-                                          torch.from_numpy(sy.astype("int64")), num_classes=10, progress=False)
+    train, test = MNISTDataModule(download=False).load()
+    x, y = train.x, train.y
+    classifier, _ = domain_classifier_for("mnist", x, y, test.x, test.y, num_classes=10, progress=False)
     parts = partition_indices(len(x), a.teachers, a.seed)
     size = min(len(q) for q in parts)
     parts = torch.stack([q[:size] for q in parts])
