@@ -45,7 +45,7 @@ def parse_args():
     p.add_argument("--proj", type=int, default=10, help="projection dims k; 0 = no projection")
     p.add_argument("--sigma1", type=float, default=1e-3)
     p.add_argument("--sigma2", type=float, default=1e-3)
-    p.add_argument("--channels", type=int, nargs="*", default=None, help="teacher conv channels (reference: none)")
+    p.add_argument("--channels", type=int, nargs="*", default=None, help="teacher conv channels (default: the reference teacher's)")
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--joint-batch-norm", action="store_true")
     p.add_argument("--z-dim", type=int, default=100)
