@@ -15,7 +15,7 @@ from fixtures import write_celeba, write_credit, write_image_folder
 REPO = Path(__file__).resolve().parents[2]
 # A GAN small enough for a few CPU steps: the nets are the real ones, only narrower.
 TINY_GAN = ["method=gan", "method.batch_size=8", "trainer.max_steps=3", "eval=none", "logger=csv",
-            "samples.every_n_steps=2", "checkpoint_every_n_steps=2"]
+            "samples.every_n_steps=2", "checkpoint_every_n_steps=2", "progress_log_every_seconds=0"]
 NARROW_IMAGE_NETS = ["+method.module.generator.fc_dim=32", "+method.module.generator.start_channels=8"]
 
 
@@ -32,6 +32,8 @@ def check_run(tmp_path: Path, result: subprocess.CompletedProcess, kind: str) ->
     assert metrics["steps"] == 3
     assert (run / "generator.pt").is_file() and (run / "checkpoints" / "last.ckpt").is_file()
     assert (run / ".hydra" / "config.yaml").is_file()
+    log = (run / "train.log").read_text()  # ProgressLog, every step here
+    assert "step 1: " in log and "step 3: " in log and "training ended, step 3" in log
     if kind == "image":
         grid = Image.open(run / "samples" / "final.png")
         assert grid.size[0] > 0 and (run / "samples" / "step_0000002.png").is_file()

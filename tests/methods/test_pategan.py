@@ -73,6 +73,28 @@ def test_a_teacher_never_sees_a_record_outside_its_partition(monkeypatch):
     assert sum(len(p) for p in dm.partitions) == len(torch.cat(dm.partitions).unique()) == RECORDS
 
 
+def test_teacher_warmup_trains_teachers_on_their_own_records_without_charging(monkeypatch):
+    """teacher_warmup = 3: three extra rounds of n_T teacher steps before the first vote, each on the teacher's
+    own records only; no query is made or charged for them, and they happen once per run."""
+    model = tiny(teacher_warmup=3)
+    seen = []
+    train_step = model.ensemble.train_step
+
+    def spy(real_x, real_y, fake_x, fake_y):
+        seen.append(torch.round(real_x[..., 0] * RECORDS).long())
+        return train_step(real_x, real_y, fake_x, fake_y)
+
+    monkeypatch.setattr(model.ensemble, "train_step", spy)
+    _, dm = fit(model, steps=4)
+    assert len(seen) == (4 + 3) * model.teacher_steps
+    for t, part in enumerate(dm.partitions):
+        assert set(torch.cat([s[t] for s in seen]).tolist()) <= set(part.tolist())
+    assert model.ledger.summary(1e-5)["mechanisms"][MECHANISM]["count"] == 4 * model.queries_per_step()
+    assert bool(model.warmed_up)
+    with pytest.raises(ValueError, match="teacher_warmup"):
+        tiny(teacher_warmup=-1)
+
+
 def test_laplace_scale_is_one_over_lam():
     """Two classes, votes (fake, real) = (6, 4): the label is real iff L_real - L_fake > 2. For i.i.d.
     Lap(b) noise the difference D has Pr[D > d] = e^{-d/b} (1 + d/(2b)) / 2 (d >= 0). With lam = 0.5 the

@@ -14,6 +14,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from dpgen.callbacks.privacy_budget import PrivacyBudget
+from dpgen.callbacks.progress_log import ProgressLog
 from dpgen.callbacks.sample_grid import SampleGrid
 from dpgen.cli.common import CONF_DIR, USER_ERRORS, console, print_summary
 
@@ -35,6 +36,7 @@ def build_callbacks(cfg: DictConfig, out: Path) -> list[pl.Callback]:
                                      every_n_train_steps=cfg.checkpoint_every_n_steps),
         SampleGrid(str(out), every_n_steps=cfg.samples.every_n_steps, per_class=cfg.samples.per_class,
                    seed=cfg.seed),
+        ProgressLog(every_seconds=cfg.progress_log_every_seconds),
     ]
     if cfg.method.private:
         p = cfg.privacy

@@ -36,28 +36,35 @@ class PATEGAN(PrivateGenerator):
     lam: inverse scale of the Laplace vote noise (Lap(1 / lam) per count, PATE-GAN appendix Thm. 5).
     batch_size: n, the generated samples of each student step and of the generator step.
     teacher_steps, student_steps: n_T and n_S (5 and 5 in the paper's appendix).
+    teacher_warmup: extra rounds of n_T teacher steps (on the first step's teacher batch, fresh fakes) before
+        the first vote. Not in Algorithm 1; free under PATE, whose only release is the noisy vote (PATE-GAN
+        section 3: the teachers' parameters are never published), and it lets the first votes be confident,
+        hence cheap under the data-dependent bound. 0 = the paper.
     Tables: generator and student are depth-3 MLPs with hidden sizes d, d/2, d (appendix "Hyper-parameter
     Optimization"); images: the DCGAN-style conditional nets of G-PATE (appendix E).
     """
 
     def __init__(self, shape, num_classes, kind, n_teachers: int, lam: float, batch_size: int = 64,
-                 teacher_steps: int = 5, student_steps: int = 5, z_dim: int = 100, lr: float = 1e-4,
-                 beta1: float = 0.5, generator: dict | None = None, student: dict | None = None,
+                 teacher_steps: int = 5, student_steps: int = 5, teacher_warmup: int = 0, z_dim: int = 100,
+                 lr: float = 1e-4, beta1: float = 0.5, generator: dict | None = None, student: dict | None = None,
                  teachers: dict | None = None, class_probs=None, seed: int = 0):
         if not lam > 0:
             raise ValueError(f"lam (inverse Laplace scale) must be > 0, got {lam}")
         if min(batch_size, teacher_steps, student_steps, n_teachers) < 1:
             raise ValueError("batch_size, teacher_steps, student_steps and n_teachers must be >= 1")
+        if teacher_warmup < 0:
+            raise ValueError(f"teacher_warmup must be >= 0, got {teacher_warmup}")
         super().__init__(shape, num_classes, kind, z_dim=z_dim, generator=generator, class_probs=class_probs)
         self.n_teachers, self.lam = int(n_teachers), float(lam)
         self.batch_size, self.teacher_steps, self.student_steps = int(batch_size), int(teacher_steps), int(student_steps)
-        self.lr, self.beta1 = lr, beta1
+        self.teacher_warmup, self.lr, self.beta1 = int(teacher_warmup), lr, beta1
         self.student = self.build_student(**(student or {}))
         self.ensemble = TeacherEnsemble(self.n_teachers, self.shape, self.num_classes, seed=seed,
                                         **{"lr": lr, "betas": (beta1, 0.999), **(teachers or {})})
         self.orders = DEFAULT_ORDERS
         self.ledger = PrivacyLedger(self.orders)
         self.rng = None  # Laplace noise stream, from the OS's entropy at train start (fresh on resume)
+        self.register_buffer("warmed_up", torch.tensor(self.teacher_warmup == 0))  # in checkpoints: once per run
 
     def build_student(self, **arch) -> nn.Module:
         if self.kind == "image":
@@ -126,8 +133,13 @@ class PATEGAN(PrivateGenerator):
         if b < 1:
             raise ValueError(f"teacher batch of {real_x.shape[1]} records cannot feed {self.teacher_steps} teacher "
                              "steps: raise method.batch_size or use fewer teachers")
-        t_loss = torch.stack([self.teacher_step(real_x[:, i * b:(i + 1) * b], real_y[:, i * b:(i + 1) * b])
-                              for i in range(self.teacher_steps)]).mean()
+        chunks = [(real_x[:, i * b:(i + 1) * b], real_y[:, i * b:(i + 1) * b]) for i in range(self.teacher_steps)]
+        if not bool(self.warmed_up):
+            for _ in range(self.teacher_warmup):
+                for x, y in chunks:
+                    self.teacher_step(x, y)
+            self.warmed_up.fill_(True)
+        t_loss = torch.stack([self.teacher_step(x, y) for x, y in chunks]).mean()
         s_loss = torch.stack([self.student_step() for _ in range(self.student_steps)]).mean()
         g_loss = self.generator_step()
         self.log_dict({"loss/teachers": t_loss, "loss/student": s_loss, "loss/g": g_loss}, prog_bar=True)

@@ -6,6 +6,7 @@ import math
 from typing import Sequence
 
 import torch
+from rich.progress import track
 from torch import nn
 from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
@@ -146,7 +147,7 @@ class CriticEnsemble(nn.Module):
             g_m = {k: torch.zeros_like(v) for k, v in g_theta.items()}
             g_v = {k: torch.zeros_like(v) for k, v in g_theta.items()}
             fake = vmap(lambda th, z, y: functional_call(net, th, (z, y)))
-            for step in range(1, steps + 1):
+            for step in track(range(1, steps + 1), description=f"pretraining critics {s}-{e - 1} of {self.n}"):
                 for _ in range(critic_steps):
                     real_x, real_y = sample_real(s, e)
                     z = torch.rand(real_y.shape + (z_dim,), generator=rng) * 2 - 1
