@@ -7,7 +7,8 @@ sigma1 = sigma2 = 1e-3 is the noise-free limit). Every --every steps it prints, 
 loss, the share of answered queries, the mean vote share of the top bin and of the two extreme bins (the
 teachers' consensus), and the label accuracy of 100 samples (10 per class) under the cached MNIST domain
 classifier, with the generator's BatchNorm in eval mode (running statistics, as `sample()`) and in training
-mode (batch statistics, as the reference code generates). Sample grids go to --out.
+mode (batch statistics, as the reference code generates), and for `dpgradagg` the epsilon spent so far
+(delta = 1e-5, both bounds). Sample grids go to --out.
 
     OMP_NUM_THREADS=1 python scripts/gpate_signal_check.py --agg mean --teachers 200
     OMP_NUM_THREADS=1 python scripts/gpate_signal_check.py --agg dpgradagg --clip 1e-6 --teachers 200 \
@@ -30,7 +31,7 @@ from dpgen.data.partition import partition_indices
 from dpgen.evaluation.fidelity import domain_classifier_for
 from dpgen.nn.ensemble import TeacherEnsemble
 from dpgen.nn.generator import ConditionalImageGenerator, latent
-from dpgen.privacy.rdp import DEFAULT_ORDERS
+from dpgen.privacy.rdp import DEFAULT_ORDERS, eps_from_rdp
 
 
 def parse_args():
@@ -45,6 +46,8 @@ def parse_args():
     p.add_argument("--proj", type=int, default=10, help="projection dims k; 0 = no projection")
     p.add_argument("--sigma1", type=float, default=1e-3)
     p.add_argument("--sigma2", type=float, default=1e-3)
+    p.add_argument("--threshold", type=float, default=0.5, help="T, a fraction of the teachers")
+    p.add_argument("--teacher-steps", type=int, default=1, help="teacher Adam steps per generator step")
     p.add_argument("--channels", type=int, nargs="*", default=None, help="teacher conv channels (default: the reference teacher's)")
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--joint-batch-norm", action="store_true")
@@ -82,17 +85,20 @@ def main():
                                moment_dtype="bfloat16", seed=a.seed, **arch)
     gen = ConditionalImageGenerator((1, 28, 28), 10, z_dim=a.z_dim)
     opt = torch.optim.Adam(gen.parameters(), lr=a.g_lr, betas=(0.5, 0.999))
-    agg = DPGradAggParams(clip=a.clip, bins=a.bins, proj_dim=a.proj or None, sigma1=a.sigma1, sigma2=a.sigma2)
+    agg = DPGradAggParams(clip=a.clip, bins=a.bins, proj_dim=a.proj or None, sigma1=a.sigma1, sigma2=a.sigma2,
+                          threshold=a.threshold)
     orders = np.asarray(DEFAULT_ORDERS, dtype=float)
     z_fixed, y_fixed = latent(100, a.z_dim), torch.arange(10).repeat(10)
+    spent = {"data_dependent": np.zeros_like(orders), "data_independent": np.zeros_like(orders)}
     start = time.time()
     for step in range(1, a.steps + 1):
-        rows = torch.arange(a.teachers)[:, None]
-        idx = parts if b == size else parts[rows, torch.randint(size, (a.teachers, b))]
-        real_x, real_y = x[idx], y[idx]
-        fake_y = torch.randint(0, 10, (b,))
-        fake = gen(latent(b, a.z_dim), fake_y)
-        d_loss = ensemble.train_step(real_x, real_y, fake.detach(), fake_y)
+        for _ in range(a.teacher_steps):  # the last fake batch is the one the teachers are asked about
+            rows = torch.arange(a.teachers)[:, None]
+            idx = parts if b == size else parts[rows, torch.randint(size, (a.teachers, b))]
+            real_x, real_y = x[idx], y[idx]
+            fake_y = torch.randint(0, 10, (b,))
+            fake = gen(latent(b, a.z_dim), fake_y)
+            d_loss = ensemble.train_step(real_x, real_y, fake.detach(), fake_y)
         grads = -ensemble.input_grads(fake.detach(), fake_y, real_x, real_y)
         stats = {}
         if a.agg == "mean":
@@ -100,7 +106,10 @@ def main():
         else:
             private, release = dp_grad_agg(grads, agg, orders)
             share = release.votes / a.teachers
-            stats = {"answered": float(release.answered.mean()), "top_share": float(share.max(1).mean()),
+            for bound in spent:
+                spent[bound] += release.rdp[bound]
+                stats[f"eps_{bound}"] = round(eps_from_rdp(spent[bound], orders, 1e-5)[0], 3)
+            stats |= {"answered": float(release.answered.mean()), "top_share": float(share.max(1).mean()),
                      "extreme_share": float((share[:, 0] + share[:, -1]).mean())}
         g_loss = ((fake - (fake + private.view_as(fake)).detach()) ** 2).sum()
         opt.zero_grad()
