@@ -139,6 +139,24 @@ def test_tiny_run_pretrains_every_critic_and_releases_the_ema():
     assert x.shape == (6, 1, 8, 8) and ((0 <= x) & (x <= 1)).all()
 
 
+def test_pretrained_critics_are_saved_and_reused_only_on_the_same_shards(tmp_path, monkeypatch):
+    first = tiny_gswgan()
+    fit(first, 1, root=tmp_path / "a")
+    saved = tmp_path / "a" / "pretrained_critics.pt"
+    assert saved.is_file()
+    again = tiny_gswgan(pretrained_critics=str(saved))
+    monkeypatch.setattr(again.critics, "pretrain", lambda *a, **k: pytest.fail("pretrained again"))
+    fit(again, 1, root=tmp_path / "b")
+    assert bool(again.pretrained) and (again.critics.steps >= 3 * 2).all()
+    with pytest.raises(ValueError, match="other shards"):
+        fit(tiny_gswgan(pretrained_critics=str(saved), seed=1), 1, root=tmp_path / "c")
+    with pytest.raises(ValueError, match="do not fit"):
+        fit(tiny_gswgan(pretrained_critics=str(saved), critics={"model_dim": 8, "chunk_size": 4}), 1,
+            root=tmp_path / "d")
+    with pytest.raises(FileNotFoundError):
+        fit(tiny_gswgan(pretrained_critics=str(tmp_path / "none.pt")), 1, root=tmp_path / "e")
+
+
 def test_generator_learns_from_the_sanitized_gradient_only(monkeypatch):
     seen, captured = {}, []
 

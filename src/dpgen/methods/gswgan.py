@@ -5,10 +5,16 @@ Data: the method splits `trainer.datamodule.train_data` into N_D disjoint shards
 permutation, as the reference's indices.npy); the datamodule's loader (n_teachers = 1) only drives steps.
 Critic i only ever sees shard i, its own pretraining generator and the released generator, so one record
 influences one critic: the premise of the accounting in dpgen.privacy.gswgan.
+
+Warm start: the critics' non-private pretraining is saved to `<run dir>/pretrained_critics.pt` together with
+the shard table, and `pretrained_critics=<file>` starts another run from it (the reference's pretrain /
+--load_dir split), e.g. the same critics for several budgets. It is refused unless the shards are the same, so
+critic i has still seen shard i only.
 """
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import torch
 
@@ -33,7 +39,8 @@ class GSWGAN(PrivateGenerator):
     def __init__(self, shape, num_classes, kind, z_dim: int = 10, batch_size: int = 32, n_discriminators: int = 1000,
                  critic_steps: int = 5, lr: float = 1e-4, betas: tuple[float, float] = (0.5, 0.9),
                  ema_decay: float = 0.999, sanitizer: dict | None = None, critics: dict | None = None,
-                 pretrain: dict | None = None, generator: dict | None = None, class_probs=None, seed: int = 0):
+                 pretrain: dict | None = None, pretrained_critics: str | None = None, generator: dict | None = None,
+                 class_probs=None, seed: int = 0):
         if kind != "image":
             raise ValueError("GS-WGAN is defined for images (its critics are convolutional)")
         super().__init__(shape, num_classes, kind, z_dim=z_dim, generator=generator, class_probs=class_probs)
@@ -45,6 +52,7 @@ class GSWGAN(PrivateGenerator):
         self.critics = CriticEnsemble(self.n_discriminators, self.shape, self.num_classes, lr=lr, betas=self.betas,
                                       seed=self.seed, **(critics or {}))
         self.pretrain_args = dict(pretrain or {})
+        self.pretrained_critics = pretrained_critics
         self.register_buffer("pretrained", torch.zeros((), dtype=torch.bool))
         self.orders = GSWGAN_ORDERS
         self.ledger = PrivacyLedger(self.orders)
@@ -75,9 +83,30 @@ class GSWGAN(PrivateGenerator):
         return x.to(self.device), y.to(self.device)
 
     def on_fit_start(self) -> None:
-        if not bool(self.pretrained):
+        if bool(self.pretrained):
+            return
+        if self.pretrained_critics:
+            self.load_pretrained_critics(self.pretrained_critics)
+        else:
             self.critics.pretrain(self.shard_batch, seed=self.seed + 2, **self.pretrain_args)
-            self.pretrained.fill_(True)
+            if self.trainer.is_global_zero:
+                folder = Path(self.trainer.default_root_dir)
+                folder.mkdir(parents=True, exist_ok=True)
+                torch.save({"shards": self.shards, "critics": self.critics.state_dict()},
+                           folder / "pretrained_critics.pt")
+        self.pretrained.fill_(True)
+
+    def load_pretrained_critics(self, path: str) -> None:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"pretrained_critics: no file {path} (a run folder's pretrained_critics.pt)")
+        state = torch.load(path, map_location=self.device)
+        if state["shards"].shape != self.shards.shape or not torch.equal(state["shards"].cpu(), self.shards.cpu()):
+            raise ValueError(f"pretrained_critics {path} were pretrained on other shards (another seed, data set or "
+                             "n_discriminators): critic i may only have seen shard i")
+        try:
+            self.critics.load_state_dict(state["critics"])
+        except RuntimeError as err:
+            raise ValueError(f"pretrained_critics {path} do not fit these critics (critics.model_dim?): {err}") from err
 
     # privacy
 
