@@ -6,6 +6,7 @@ import pytest
 
 from dpgen.privacy import __main__ as cli
 from dpgen.privacy.dpsgd import rdp_subsampled_gaussian
+from dpgen.privacy.pate import rdp_confident_gnmax
 from dpgen.privacy.plan import MAX_STEPS, plan_confident_gnmax, plan_dpsgd, steps_within_budget
 from dpgen.privacy.rdp import DEFAULT_ORDERS, eps_from_rdp
 
@@ -30,6 +31,19 @@ def test_confident_gnmax_paper_settings():
     # G-PATE eps = 10 on MNIST: 2000 teachers, sigma1 600, sigma2 100, T = 0.5: unanimous votes cost far less
     plan = plan_confident_gnmax(2000, 600.0, 100.0, 0.5, 100, 10.0, 1e-5)
     assert plan["best_case_steps"] > 10 * plan["worst_case_steps"] > 0
+
+
+def test_confident_gnmax_best_case_follows_the_consensus():
+    """The best case with the top bin holding 80% of 100 votes is the data-dependent cost of votes (80, 20),
+    between the unanimous best case and the worst case."""
+    orders = np.asarray(DEFAULT_ORDERS)
+    split = plan_confident_gnmax(100, 8.0, 12.0, 0.6, 600, 10.0, 1e-5, bins=2, top_share=0.8)
+    one = rdp_confident_gnmax(np.array([80.0, 20.0]), 60.0, 8.0, 12.0, orders, answered=True)
+    assert split["best_case_steps"] == steps_within_budget(600 * one, orders, 10.0, 1e-5)
+    unanimous = plan_confident_gnmax(100, 8.0, 12.0, 0.6, 600, 10.0, 1e-5, bins=2)
+    assert unanimous["worst_case_steps"] <= split["best_case_steps"] < unanimous["best_case_steps"]
+    with pytest.raises(ValueError, match="top_share"):
+        plan_confident_gnmax(100, 8.0, 12.0, 0.6, 600, 10.0, 1e-5, top_share=0.3)
 
 
 def test_dpsgd_plan_is_tight():

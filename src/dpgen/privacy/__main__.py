@@ -26,6 +26,8 @@ def _parser() -> argparse.ArgumentParser:
     gnmax.add_argument("--threshold", type=float, required=True, help="fraction of teachers, e.g. 0.5")
     gnmax.add_argument("--queries-per-step", type=int, required=True)
     gnmax.add_argument("--bins", type=int, default=10)
+    gnmax.add_argument("--top-share", type=float, default=1.0,
+                       help="best case: the top bin's share of the votes (default 1: unanimous)")
     budget(gnmax)
 
     laplace = mechanisms.add_parser("laplace_pate", help="PATE-GAN: Laplace noisy vote (lam = inverse scale)")
@@ -47,7 +49,7 @@ def main(argv=None) -> dict:
     common = {"epsilon": args.epsilon, "delta": args.delta, "conversion": args.conversion}
     if args.mechanism == "confident_gnmax":
         result = plan_confident_gnmax(args.teachers, args.sigma1, args.sigma2, args.threshold,
-                                      args.queries_per_step, bins=args.bins, **common)
+                                      args.queries_per_step, bins=args.bins, top_share=args.top_share, **common)
     elif args.mechanism == "laplace_pate":
         result = plan_laplace_pate(args.teachers, args.lam, args.queries_per_step, classes=args.classes, **common)
     else:

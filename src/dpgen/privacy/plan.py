@@ -49,17 +49,21 @@ def _plan(best, worst, orders, epsilon, delta, conversion, **params) -> dict:
 
 
 def plan_confident_gnmax(teachers: int, sigma1: float, sigma2: float, threshold: float, queries_per_step: int,
-                         epsilon: float, delta: float, bins: int = 10, orders=DEFAULT_ORDERS,
-                         conversion: str = "classical") -> dict:
-    """G-PATE. threshold is a fraction of the teachers (the paper's T = 0.5). Best case: unanimous votes,
-    every query answered, data-dependent cost. Worst case: data-independent, every query answered."""
+                         epsilon: float, delta: float, bins: int = 10, top_share: float = 1.0,
+                         orders=DEFAULT_ORDERS, conversion: str = "classical") -> dict:
+    """G-PATE. threshold is a fraction of the teachers (the paper's T = 0.5). Best case: every query answered
+    with the top bin holding `top_share` of the votes and the next bin the rest (1 = unanimous; a measured
+    consensus, e.g. the top_share of scripts/gpate_signal_check.py, plans a real run), data-dependent cost.
+    Worst case: data-independent, every query answered."""
+    if not 0.5 <= top_share <= 1:
+        raise ValueError(f"top_share is the top bin's share of the votes, in [0.5, 1]; got {top_share}")
     orders = as_orders(orders)
     votes = np.zeros((1, bins))
-    votes[0, 0] = teachers
+    votes[0, :2] = top_share * teachers, (1 - top_share) * teachers
     best, worst = pate.rdp_confident_gnmax_batch(votes, threshold * teachers, sigma1, sigma2, orders, [True])
     return _plan(queries_per_step * best, queries_per_step * worst, orders, epsilon, delta, conversion,
                  mechanism="confident_gnmax", teachers=teachers, sigma1=sigma1, sigma2=sigma2, threshold=threshold,
-                 queries_per_step=queries_per_step, bins=bins)
+                 queries_per_step=queries_per_step, bins=bins, top_share=top_share)
 
 
 def plan_laplace_pate(teachers: int, lam: float, queries_per_step: int, epsilon: float, delta: float,
