@@ -108,7 +108,7 @@ def tiny_gswgan(**kw):
     return GSWGAN((1, 8, 8), 2, "image", **args)
 
 
-def fit(model, steps, callbacks=(), root=None):
+def fit(model, steps, callbacks=(), *, root):  # root: the run folder (pretrained_critics.pt goes there)
     trainer = pl.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, callbacks=list(callbacks), default_root_dir=root)
     trainer.fit(model, datamodule=Images(batch_size=8))
@@ -127,9 +127,9 @@ def test_budget_stops_before_exceeding_under_the_chosen_bound(bound, tmp_path):
     assert model.ledger.stop["discarded_steps"] == 0
 
 
-def test_tiny_run_pretrains_every_critic_and_releases_the_ema():
+def test_tiny_run_pretrains_every_critic_and_releases_the_ema(tmp_path):
     model = tiny_gswgan()
-    fit(model, 4)
+    fit(model, 4, root=tmp_path)
     assert bool(model.pretrained) and (model.critics.steps >= 3 * 2).all()  # 3 pretraining steps x 2 critic steps
     assert model.critics.steps.sum().item() == 4 * 6 + 4 * 2  # + 4 main steps x 2 critic steps on the chosen one
     # the EMA (released) differs from the trained generator once decay > 0, and sample() uses it
@@ -157,7 +157,7 @@ def test_pretrained_critics_are_saved_and_reused_only_on_the_same_shards(tmp_pat
         fit(tiny_gswgan(pretrained_critics=str(tmp_path / "none.pt")), 1, root=tmp_path / "e")
 
 
-def test_generator_learns_from_the_sanitized_gradient_only(monkeypatch):
+def test_generator_learns_from_the_sanitized_gradient_only(monkeypatch, tmp_path):
     seen, captured = {}, []
 
     def fake_sanitize(grads, p, orders, generator=None):
@@ -168,7 +168,7 @@ def test_generator_learns_from_the_sanitized_gradient_only(monkeypatch):
     model = tiny_gswgan()
     # the only backward pass through the generator is the generator step (critic fakes are made under no_grad)
     model.net_train.register_full_backward_hook(lambda mod, gin, gout: captured.append(gout[0].clone()))
-    fit(model, 1)
+    fit(model, 1, root=tmp_path)
     assert seen["grads"].shape == (8, 1, 8, 8) and len(captured) == 1
     # what reaches the generator's output is the sanitizer's output / batch size, nothing else
     assert torch.allclose(captured[0], torch.full_like(captured[0], 1 / 8))
