@@ -26,7 +26,7 @@ class ProgressLog(pl.Callback):
         pace = (now - self._last_time) / (step - self._last_step) if step > self._last_step else float("nan")
         self._last_time, self._last_step = now, step
         scalars = " ".join(f"{k}={float(v):.4g}" for k, v in sorted(trainer.callback_metrics.items())
-                           if getattr(v, "numel", lambda: 1)() == 1)
+                           if v.numel() == 1)  # Lightning keeps logged values as tensors
         return f"step {step}: {pace:.3g} s/step {scalars}".rstrip()
 
     def on_train_start(self, trainer, pl_module):
