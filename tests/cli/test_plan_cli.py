@@ -15,6 +15,7 @@ from dpgen.data.split import stratified_split
 from dpgen.privacy.dpsgd import rdp_subsampled_gaussian
 from dpgen.privacy.gswgan import GSWGAN_ORDERS, rdp_sampled_wor_gaussian
 from dpgen.privacy.laplace import rdp_laplace
+from dpgen.privacy import pld
 from dpgen.privacy.ledger import PrivacyLedger
 from dpgen.privacy.plan import plan_confident_gnmax
 from dpgen.privacy.rdp import DEFAULT_ORDERS, eps_from_rdp
@@ -147,9 +148,10 @@ def test_gswgan_plans_both_bounds_and_the_governing_one():
         main([*overrides, "privacy.bound=nonsense"])
 
 
-def ledger_after(steps, answered, accounting="rdp"):
-    """A ledger charged as PATETripleGAN.student_step charges it (hybrid.record), defaults on MNIST."""
-    p, ledger = hybrid.HybridParams(accounting=accounting), PrivacyLedger(ORDERS)
+def ledger_after(steps, answered, accounting="rdp", ledger=None):
+    """A ledger (new, or `ledger`) charged `steps` more times as PATETripleGAN.student_step charges it
+    (hybrid.record), defaults on MNIST."""
+    p, ledger = hybrid.HybridParams(accounting=accounting), PrivacyLedger(ORDERS) if ledger is None else ledger
     votes = np.tile([50.0, 50.0], (128, 1))
     release = hybrid.VoteRelease(votes, np.full(128, answered), np.zeros(128, dtype=np.int64))
     for _ in range(steps):
@@ -172,3 +174,22 @@ def test_pate_triplegan_plans_votes_and_dpsgd_as_the_method_charges_them():
         main(["method=pate_triplegan", "privacy.conversion=gdp", *MNIST])
     with pytest.raises(ValueError, match="method.n_teachers=333"):
         main(["method=pate_triplegan", "method.module.percent=0.3", *MNIST])
+
+
+def test_pld_plans_dpsgd_and_pate_triplegan_as_their_ledgers_compose_them():
+    # DP-CGAN's reference sigma 1.12 at eps = 1: no step under RDP (above), a run under the PLD conversion
+    n = main(["method=dpcgan", "privacy.epsilon=1", "privacy.conversion=pld", *MNIST])["worst_case_steps"]
+    assert_largest(lambda g: pld.epsilon_pld([(pld.dpsgd_event(0.01, 1.12), g)], 1e-5), n, 1.0)
+    assert n > 100
+    # PATE-TripleGAN's paper settings at eps = 10: far more steps than the 9 under RDP
+    result = main(["method=pate_triplegan", "privacy.epsilon=10", "privacy.conversion=pld", *MNIST])
+    for answered, n in [(True, result["worst_case_steps"]), (False, result["best_case_steps"])]:
+        ledger = ledger_after(n, answered)
+        assert ledger.epsilon(1e-5, conversion="pld")[0] <= 10.0
+        assert ledger_after(1, answered, ledger=ledger).epsilon(1e-5, conversion="pld")[0] > 10.0
+    rdp = main(["method=pate_triplegan", "privacy.epsilon=10", *MNIST])
+    assert result["worst_case_steps"] > 10 * rdp["worst_case_steps"]
+    with pytest.raises(ValueError, match="accounting=rdp"):
+        main(["method=pate_triplegan", "method.module.accounting=clt", "privacy.conversion=pld", *MNIST])
+    with pytest.raises(ValueError, match="conversion=pld"):
+        main(["method=gpate", "privacy.conversion=pld", *MNIST])

@@ -68,21 +68,46 @@ def test_epsilon_after_n_steps_equals_dp_accounting():
     assert eps == pytest.approx(accountant.get_epsilon(1e-5), rel=1e-6)
 
 
-def test_budget_stops_before_exceeding(tmp_path):
-    model = tiny(DPGAN, noise_multiplier=2.0)
-    # independent count: how many generator steps (5 events each) fit in eps = 3 at delta = 1e-5
+def rdp_fitting_steps():
+    """Independent count: generator steps (5 DP-SGD events each, q = 32 / 400, sigma = 2) within eps = 3 at
+    delta = 1e-5, by dp_accounting's RDP accountant and the classical conversion."""
     accountant_eps = []
     for k in range(1, 40):
         acc = dp_accounting.rdp.RdpAccountant(list(DEFAULT_ORDERS))
         acc.compose(dp_accounting.PoissonSampledDpEvent(32 / 400, dp_accounting.GaussianDpEvent(2.0)), 5 * k)
         accountant_eps.append(eps_from_rdp(acc.rdp, DEFAULT_ORDERS, 1e-5, "classical")[0])
-    fitting = sum(e <= 3.0 for e in accountant_eps)
+    return sum(e <= 3.0 for e in accountant_eps)
+
+
+def test_budget_stops_before_exceeding(tmp_path):
+    model = tiny(DPGAN, noise_multiplier=2.0)
+    fitting = rdp_fitting_steps()
     assert 1 < fitting < 39
     trainer = fit(model, 100, [PrivacyBudget(3.0, 1e-5)], root=tmp_path)  # privacy.json goes there
     assert trainer.global_step == fitting
     assert model.ledger.epsilon(1e-5)[0] <= 3.0
     assert model.ledger.stop["discarded_steps"] == 0  # stopped before, not rolled back
     assert json.loads((tmp_path / "privacy.json").read_text())["mechanisms"][MECHANISM]["count"] == 5 * fitting
+
+
+def test_pld_budget_rolls_back_the_step_that_exceeds_and_buys_more_steps(tmp_path):
+    # the same run under conversion=pld: checked after each step; independent count with dp_accounting's PLD at
+    # a finer discretization than ours (ours is pessimistic, so it may stop one step earlier, never later)
+    def pld_eps(k, interval):
+        acc = dp_accounting.pld.PLDAccountant(value_discretization_interval=interval)
+        acc.compose(dp_accounting.PoissonSampledDpEvent(32 / 400, dp_accounting.GaussianDpEvent(2.0)), 5 * k)
+        return acc.get_epsilon(1e-5)
+
+    fitting = max(k for k in range(1, 60) if pld_eps(k, 1e-3) <= 3.0)  # what our ledger computes
+    assert pld_eps(fitting + 1, 1e-4) > 3.0 - 0.05  # the fine value agrees that the next step is (about) over
+    model = tiny(DPGAN, noise_multiplier=2.0)
+    trainer = fit(model, 100, [PrivacyBudget(3.0, 1e-5, conversion="pld")], root=tmp_path)
+    assert trainer.global_step == fitting + 1  # the over-budget step ran, then was rolled back
+    assert model.ledger.stop["discarded_steps"] == 1
+    report = json.loads((tmp_path / "privacy.json").read_text())
+    assert report["conversion"] == "pld" and report["mechanisms"][MECHANISM]["count"] == 5 * fitting
+    assert report["epsilon"] == pytest.approx(pld_eps(fitting, 1e-3)) and report["epsilon"] <= 3.0
+    assert fitting > rdp_fitting_steps()  # the PLD bound is tighter than RDP: more steps for the same budget
 
 
 def test_generator_step_leaves_no_gradient_on_the_discriminator():

@@ -161,6 +161,19 @@ def test_budget_stops_before_exceeding(tmp_path):
     assert "asymptotic_warning" in report  # the paper's CLT mu is flagged as an approximation
 
 
+def test_pld_budget_is_checked_after_each_step_and_rolls_back(tmp_path):
+    """conversion=pld composes votes (Gaussians) and DP-SGD (subsampled Gaussians) exactly: the run ends with the
+    last in-budget step, the one that went over rolled back, and a smaller epsilon than RDP gives the same steps."""
+    model = tiny(sigma1=20.0, sigma2=20.0, noise_multiplier=1.0)
+    budget = PrivacyBudget(epsilon=4.0, delta=1e-5, bound="data_independent", conversion="pld")
+    trainer, _ = fit(model, steps=200, callbacks=[budget], root=str(tmp_path))
+    report = json.loads((tmp_path / "privacy.json").read_text())
+    assert report["conversion"] == "pld" and report["stop"]["discarded_steps"] == 1
+    assert report["epsilon"] <= 4.0 and 2 < trainer.global_step < 200
+    assert report["epsilon"] < report["total"]["data_independent"]["improved"]["epsilon"]
+    assert model.pld_ready and not tiny(accounting="clt").pld_ready
+
+
 def test_tiny_run_lowers_the_teacher_and_classifier_losses():
     model = tiny(sigma1=0.5, sigma2=0.5)
     losses = []

@@ -150,6 +150,11 @@ def test_invalid_budget(epsilon, delta):
         PrivacyBudget(epsilon, delta)
 
 
+def test_pld_needs_a_method_whose_releases_are_all_gaussian(tmp_path):
+    with pytest.raises(ValueError, match="conversion=pld"):
+        fit(tmp_path, Toy(), PrivacyBudget(BUDGET, DELTA, conversion="pld"))
+
+
 def test_min_steps_refused(tmp_path):
     t = pl.Trainer(max_steps=5, min_steps=3, accelerator="cpu", logger=False, enable_checkpointing=False,
                    enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,

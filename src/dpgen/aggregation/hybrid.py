@@ -12,6 +12,7 @@ accounted either with its RDP (Opacus, a bound) or with the paper's Bu et al. 20
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -22,6 +23,7 @@ from dpgen.aggregation.dpgradagg import DPGradAggParams, confident_gnmax
 from dpgen.aggregation.pate_vote import teacher_votes
 from dpgen.privacy.dpsgd import rdp_subsampled_gaussian
 from dpgen.privacy.gdp import mu_gaussian, mu_poisson_clt
+from dpgen.privacy.pld import dpsgd_event
 
 THRESHOLD, VOTE, DPSGD = "gnmax_threshold", "gnmax_vote", "dpsgd_classifier_pairs"
 ACCOUNTING = ("rdp", "clt")
@@ -70,11 +72,18 @@ def noisy_vote(logits: torch.Tensor, p: HybridParams, generator: torch.Generator
     return VoteRelease(votes, answered.cpu().numpy(), labels.cpu().numpy())
 
 
+@functools.lru_cache(maxsize=8)
+def _dpsgd_rdp(sample_rate: float, noise_multiplier: float, orders: tuple) -> np.ndarray:
+    rdp = rdp_subsampled_gaussian(sample_rate, noise_multiplier, 1, orders)
+    rdp.setflags(write=False)  # shared by every step that asks
+    return rdp
+
+
 def dpsgd_cost(p: HybridParams, sample_rate: float, orders):
     """One DP-SGD step: ("rdp", RDP over orders) or ("gdp", the paper's central-limit mu)."""
     if p.accounting == "clt":
         return "gdp", mu_poisson_clt(sample_rate, p.noise_multiplier, 1)
-    return "rdp", rdp_subsampled_gaussian(sample_rate, p.noise_multiplier, 1, orders)
+    return "rdp", _dpsgd_rdp(float(sample_rate), float(p.noise_multiplier), tuple(np.asarray(orders, dtype=float)))
 
 
 def record(ledger, p: HybridParams, release: VoteRelease, sample_rate: float) -> None:
@@ -86,7 +95,8 @@ def record(ledger, p: HybridParams, release: VoteRelease, sample_rate: float) ->
     if channel == "gdp":
         ledger.record_gdp(DPSGD, cost, count=1, params=params, asymptotic=True)
     else:
-        ledger.record(DPSGD, {"data_independent": cost}, count=1, params=params)
+        ledger.record(DPSGD, {"data_independent": cost}, count=1, params=params,
+                      event=dpsgd_event(sample_rate, p.noise_multiplier))
 
 
 def worst_case_step(p: HybridParams, queries: int, student_steps: int, sample_rate: float, orders) -> dict:

@@ -7,8 +7,8 @@ from pathlib import Path
 import lightning.pytorch as pl
 import torch
 
-from dpgen.privacy.ledger import PrivacyLedger
-from dpgen.privacy.rdp import CONVERSIONS, check_delta
+from dpgen.privacy.ledger import ALL_CONVERSIONS, PrivacyLedger
+from dpgen.privacy.rdp import check_delta
 
 LEDGER_KEY = "privacy_ledger"
 
@@ -37,7 +37,7 @@ class PrivacyBudget(pl.Callback):
       - before each batch: if eps(ledger + step_cost_bound) > epsilon, request the stop; the step is
         skipped through the module hook above.
       - after each batch: if eps(ledger) > epsilon (possible when the cost is only known afterwards, e.g.
-        data-dependent PATE with step_cost_bound None), restore the generator and the ledger to the last
+        data-dependent PATE with step_cost_bound None, or conversion="pld"), restore the generator and the ledger to the last
         in-budget snapshot and stop; otherwise refresh that snapshot (in-place tensor copies).
       - the snapshot pair (generator, ledger) is the callback state saved in every checkpoint, and the
         ledger is also written under checkpoint["privacy_ledger"]; a resumed run restarts from that pair,
@@ -56,8 +56,8 @@ class PrivacyBudget(pl.Callback):
             self.delta = check_delta(delta)
         except ValueError as err:
             raise BudgetError(f"privacy.delta: {err}") from err
-        if conversion not in CONVERSIONS + ("gdp",):
-            raise BudgetError(f"privacy.conversion must be one of {CONVERSIONS + ('gdp',)}, got {conversion!r}")
+        if conversion not in ALL_CONVERSIONS:
+            raise BudgetError(f"privacy.conversion must be one of {ALL_CONVERSIONS}, got {conversion!r}")
         self.bound = bound
         self.conversion = conversion
         self.filename = filename
@@ -74,7 +74,10 @@ class PrivacyBudget(pl.Callback):
         return self.spent(ledger, extra) > self.epsilon
 
     def _known_cost(self, pl_module):
-        """The next step's worst-case cost under the governing bound, or None if only known afterwards."""
+        """The next step's worst-case cost under the governing bound, or None if only known afterwards
+        (always under the PLD conversion, which composes recorded releases only)."""
+        if self.conversion == "pld":
+            return None
         cost = pl_module.step_cost_bound()
         return cost if cost is not None and (self.bound in cost or "gdp_mu" in cost) else None
 
@@ -108,6 +111,9 @@ class PrivacyBudget(pl.Callback):
         ledger = getattr(pl_module, "ledger", None)
         if ledger is None:
             return
+        if self.conversion == "pld" and not getattr(pl_module, "pld_ready", False):
+            raise BudgetError("privacy.conversion=pld needs every release to be a Gaussian or a Poisson-subsampled "
+                              "Gaussian: methods dpgan, dpcgan, pate_triplegan (with method.module.accounting=rdp)")
         cost = self._known_cost(pl_module)
         if cost is not None and self._over(PrivacyLedger(ledger.orders), cost):
             one = self.spent(PrivacyLedger(ledger.orders), cost)

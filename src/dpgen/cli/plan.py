@@ -27,6 +27,7 @@ from dpgen.privacy.gswgan import GSWGAN_ORDERS
 from dpgen.privacy.laplace import rdp_laplace
 from dpgen.privacy.ledger import STANDARD_BOUNDS, PrivacyLedger
 from dpgen.privacy.pate import rdp_confident_gnmax_batch
+from dpgen.privacy.pld import compose_gdp, dpsgd_event, epsilon_pld
 from dpgen.privacy.plan import largest_fitting, plan_laplace_pate, steps_within_budget
 from dpgen.privacy.rdp import DEFAULT_ORDERS, eps_from_rdp
 
@@ -101,8 +102,11 @@ def plan_dpsgd_gan(cfg: DictConfig, facts: dict) -> dict:
     q = min(1.0, module.batch_size / facts["records"])
     sigma = noise_multiplier_of(module.noise_multiplier * module.max_grad_norm, module.max_grad_norm)
     # Xie et al. 2018 Algorithm 1: n_critic private discriminator steps per generator step (Mironov et al. 2019 RDP)
-    steps = steps_within_budget(rdp_subsampled_gaussian(q, sigma, module.critic_steps, orders), orders,
-                                p.epsilon, p.delta, p.conversion)
+    if p.conversion == "pld":
+        steps = pld_steps(0.0, [(dpsgd_event(q, sigma), module.critic_steps)], cfg)
+    else:
+        steps = steps_within_budget(rdp_subsampled_gaussian(q, sigma, module.critic_steps, orders), orders,
+                                    p.epsilon, p.delta, p.conversion)
     unit = f"{GENERATOR_STEPS}, each {module.critic_steps} DP-SGD step{'s' * (module.critic_steps != 1)}"
     return {"mechanism": "dpsgd", "step_unit": unit,
             "batch_size": module.batch_size, "sample_rate": q, "noise_multiplier": sigma,
@@ -155,6 +159,14 @@ def gdp_rdp_steps(cost: dict, cfg: DictConfig) -> int:
     return largest_fitting(lambda n: eps_from_gdp(math.sqrt(n) * cost["gdp_mu"], p.delta) <= p.epsilon)
 
 
+def pld_steps(mu: float, events: list[tuple[dict, int]], cfg: DictConfig) -> int:
+    """Steps whose releases are a mu-GDP part and (event, count) parts, under conversion=pld: the largest n with
+    eps_pld(n x every part) <= epsilon (n mu-GDP releases compose to sqrt(n) mu)."""
+    p = cfg.privacy
+    return largest_fitting(lambda n: epsilon_pld(
+        compose_gdp([(event, n * count) for event, count in events], math.sqrt(n) * mu), p.delta) <= p.epsilon)
+
+
 def plan_pate_triplegan(cfg: DictConfig, facts: dict) -> dict:
     """Per step n_S student steps, each: n Confident-GNMax threshold checks ((1/sigma1)-GDP), a GNMax vote
     ((sqrt(2)/sigma2)-GDP) for each ANSWERED query, and one DP-SGD step on classifier pairs (q = n / N; RDP, or
@@ -171,23 +183,35 @@ def plan_pate_triplegan(cfg: DictConfig, facts: dict) -> dict:
     worst = worst_case_step(hp, queries, module.student_steps, q, DEFAULT_ORDERS)
     dpsgd_only = worst_case_step(hp, 0, module.student_steps, q, DEFAULT_ORDERS)
     best = {**dpsgd_only, "gdp_mu": math.hypot(dpsgd_only["gdp_mu"], math.sqrt(queries) * hp.mu_threshold)}
+    if cfg.privacy.conversion == "pld":
+        if hp.accounting != "rdp":
+            raise ValueError("privacy.conversion=pld needs method.module.accounting=rdp (a central-limit mu is not "
+                             "a privacy loss distribution)")
+        dpsgd = [(dpsgd_event(q, hp.noise_multiplier), module.student_steps)]
+        best_steps, worst_steps = (pld_steps(cost["gdp_mu"], dpsgd, cfg) for cost in (best, worst))
+    else:
+        best_steps, worst_steps = gdp_rdp_steps(best, cfg), gdp_rdp_steps(worst, cfg)
     return {"mechanism": f"confident_gnmax_gdp + dpsgd_{hp.accounting}", "step_unit": GENERATOR_STEPS,
             "teachers": module.n_teachers, "batch_size": module.batch_size, "queries_per_step": queries,
             "sigma1": hp.sigma1, "sigma2": hp.sigma2, "threshold": hp.threshold, "sample_rate": q,
             "noise_multiplier": hp.noise_multiplier, "dpsgd_steps_per_step": module.student_steps,
             "accounting": hp.accounting, "best_case": "no query answered", "worst_case": "every query answered",
-            "best_case_steps": gdp_rdp_steps(best, cfg), "worst_case_steps": gdp_rdp_steps(worst, cfg)}
+            "best_case_steps": best_steps, "worst_case_steps": worst_steps}
 
 
 PLANNERS = {"gpate": plan_gpate, "pategan": plan_pategan, "pate_triplegan": plan_pate_triplegan,
             "dpgan": plan_dpsgd_gan, "dpcgan": plan_dpsgd_gan, "gswgan": plan_gswgan}
+PLD_PLANNERS = {"dpgan", "dpcgan", "pate_triplegan"}
 
 
 def plan(cfg: DictConfig) -> dict:
     if cfg.method.name not in PLANNERS:
         raise ValueError(f"no privacy planner for method={cfg.method.name}; planners exist for {sorted(PLANNERS)}")
-    facts = data_facts(cfg)
     p = cfg.privacy
+    if p.conversion == "pld" and cfg.method.name not in PLD_PLANNERS:
+        raise ValueError(f"privacy.conversion=pld needs every release to be a (subsampled) Gaussian: methods "
+                         f"{sorted(PLD_PLANNERS)}, not {cfg.method.name}")
+    facts = data_facts(cfg)
     return {"method": cfg.method.name, "data": cfg.data.name, "epsilon": p.epsilon, "delta": p.delta,
             "conversion": p.conversion, "governing_bound": p.bound, "max_steps": cfg.method.max_steps, **facts,
             **PLANNERS[cfg.method.name](cfg, facts)}

@@ -15,8 +15,11 @@ class PrivateGenerator(pl.LightningModule):
       - `generator`: the `nn.Module` that is released (snapshot / restored by `PrivacyBudget`);
       - `ledger`: the `PrivacyLedger` every private release is written to (None for a non-private method);
       - `step_cost_bound()`: worst-case RDP of the next step per bound, or None when unknown;
+      - `pld_ready`: True when every release is recorded with a PLD event (privacy.conversion=pld allowed);
       - `sample(n, labels)`: `(x, y)` synthetic records on the CPU.
     """
+
+    pld_ready = False
 
     def __init__(self, shape: tuple[int, ...], num_classes: int, kind: str, z_dim: int = 100,
                  generator: dict | None = None, class_probs: list[float] | None = None):

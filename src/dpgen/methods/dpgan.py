@@ -28,6 +28,7 @@ from dpgen.methods.base import PrivateGenerator
 from dpgen.nn.discriminator import ConditionalDiscriminator
 from dpgen.nn.fc import FCDiscriminator, FCGenerator
 from dpgen.privacy.dpsgd import noise_multiplier_of, rdp_subsampled_gaussian
+from dpgen.privacy.pld import dpsgd_event
 from dpgen.privacy.ledger import STANDARD_BOUNDS, PrivacyLedger
 from dpgen.privacy.rdp import DEFAULT_ORDERS
 
@@ -61,6 +62,8 @@ def make_optimizer(net: nn.Module, spec: dict) -> torch.optim.Optimizer:
 class DPSGDGAN(PrivateGenerator):
     """Conditional GAN whose discriminator is trained with DP-SGD (Opacus). `objective`: "wgan" or "bce";
     optimizers by name ("rmsprop", "sgd", "adam") with their keyword arguments."""
+
+    pld_ready = True  # every release is one DP-SGD step, recorded with its PLD event
 
     def __init__(self, shape, num_classes, kind, z_dim: int = 128, batch_size: int = 64,
                  noise_multiplier: float = 1.1, max_grad_norm: float = 1.0, critic_steps: int = 5,
@@ -197,7 +200,8 @@ class DPSGDGAN(PrivateGenerator):
         d_losses = [self.critic_step(*self.private_batch()) for _ in range(self.critic_steps)]
         self.ledger.record(MECHANISM, {"data_independent": self.step_rdp()}, count=self.critic_steps,
                            params={"sample_rate": self.sample_rate, "noise_multiplier": self.accounted_noise_multiplier(),
-                                   "max_grad_norm": self.max_grad_norm})
+                                   "max_grad_norm": self.max_grad_norm},
+                           event=dpsgd_event(self.sample_rate, self.accounted_noise_multiplier()))
         g_loss = self.generator_step()
         self.log_dict({"loss/d": torch.stack(d_losses).mean(), "loss/g": g_loss}, prog_bar=True)
 

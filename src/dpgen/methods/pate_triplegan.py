@@ -139,6 +139,11 @@ class PATETripleGAN(PrivateGenerator):
         self.noise = secret_generator(self.device)
         self.dp_optimizer.generator = secret_generator(self.device)
 
+    @property
+    def pld_ready(self) -> bool:
+        """Votes are Gaussians; the DP-SGD part has a PLD event unless accounted by the central-limit mu."""
+        return self.hybrid.accounting == "rdp"
+
     def step_cost_bound(self):
         if self.sample_rate is None:
             return None

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import pld
 from .gdp import eps_from_gdp
 from .rdp import CONVERSIONS, DEFAULT_ORDERS, as_orders, check_delta, eps_from_rdp
 
@@ -28,7 +29,10 @@ CONVERSION_NOTES = {
     "classical": "eps = min_a rdp(a) + log(1/delta)/(a-1) (Mironov 2017), as in G-PATE",
     "improved": "eps = min_a rdp(a) + log((a-1)/a) - (log delta + log a)/(a-1) (Balle et al. 2020)",
     "gdp": "exact mu-GDP conversion of Dong et al. 2022 (only when every release is GDP)",
+    "pld": "privacy loss distribution (dp_accounting PLD accountant, pessimistic discretization): tight and sound;"
+           " only when every release is a Gaussian or a Poisson-subsampled Gaussian (data-independent)",
 }
+ALL_CONVERSIONS = CONVERSIONS + ("gdp", "pld")
 
 
 class PrivacyLedger:
@@ -42,6 +46,11 @@ class PrivacyLedger:
     sqrt(count) mu. A mu-GDP release is also (a, a mu^2 / 2)-RDP (Blackwell: it is a post-processing of
     N(0,1) vs N(mu,1)), which is how it joins the RDP total; `conversion="gdp"` is exact but allowed only
     when the ledger holds GDP releases alone.
+
+    PLD: an RDP release may also give `event`, its description for privacy.pld (the same at every record);
+    `conversion="pld"` composes the privacy loss distributions of all releases (GDP ones as Gaussians), allowed
+    only when every RDP release has an event and no GDP release is asymptotic. It prices no hypothetical
+    `extra` step: budgets under it are checked after each step (PrivacyBudget rolls an over-budget step back).
     """
 
     def __init__(self, orders=DEFAULT_ORDERS):
@@ -52,11 +61,13 @@ class PrivacyLedger:
 
     # recording
 
-    def record(self, mechanism: str, rdp: Mapping[str, np.ndarray], count: int = 1, params: dict | None = None):
+    def record(self, mechanism: str, rdp: Mapping[str, np.ndarray], count: int = 1, params: dict | None = None,
+               event: dict | None = None):
         if mechanism in self._gdp:
             raise ValueError(f"{mechanism!r} is recorded on the GDP channel")
         if not rdp:
             raise ValueError("record needs at least one bound")
+        event = None if event is None else pld.check_event(event)
         if "data_dependent" in rdp and "data_independent" not in rdp:
             raise ValueError("a release with a data_dependent bound must also give its data_independent bound")
         values = {}
@@ -73,9 +84,12 @@ class PrivacyLedger:
                 "count": 0,
                 "params": [],
                 "rdp": {bound: np.zeros_like(self.orders) for bound in values},
+                "event": event,
             }
         if set(values) != set(entry["rdp"]):
             raise ValueError(f"{mechanism!r} recorded bounds {sorted(entry['rdp'])}, now {sorted(values)}")
+        if event != entry["event"]:
+            raise ValueError(f"{mechanism!r} recorded PLD event {entry['event']}, now {event}")
         for bound, value in values.items():
             entry["rdp"][bound] += value
         self._count(entry, count, params)
@@ -153,10 +167,14 @@ class PrivacyLedger:
         `bound`. order is None for the GDP conversion and for no release at all ((0, 0)-DP)."""
         delta = check_delta(delta)
         self._check_bound(bound, extra)
-        if conversion not in CONVERSIONS + ("gdp",):
-            raise ValueError(f"conversion must be one of {CONVERSIONS + ('gdp',)}, got {conversion!r}")
+        if conversion not in ALL_CONVERSIONS:
+            raise ValueError(f"conversion must be one of {ALL_CONVERSIONS}, got {conversion!r}")
         if self.empty and not extra:
             return 0.0, None
+        if conversion == "pld":
+            if extra:
+                raise ValueError("conversion='pld' prices no hypothetical step: check the budget after the step")
+            return pld.epsilon_pld(self.pld_events(), delta), None
         if conversion == "gdp":
             if self._rdp or set(extra or ()) - {GDP_EXTRA}:
                 raise ValueError("conversion='gdp' needs a ledger of GDP releases only")
@@ -164,8 +182,25 @@ class PrivacyLedger:
             return eps_from_gdp(mu, delta), None
         return eps_from_rdp(self.rdp(bound, extra), self.orders, delta, conversion)
 
+    def pld_missing(self) -> list[str]:
+        """Mechanisms that keep conversion='pld' out: RDP releases without an event, asymptotic GDP ones."""
+        return sorted([name for name, e in self._rdp.items() if e["event"] is None]
+                      + [name for name, e in self._gdp.items() if e["asymptotic"]])
+
+    def pld_events(self, mechanisms=None) -> list[tuple[dict, int]]:
+        """(event, count) of the releases of `mechanisms` (all by default), the GDP ones as one Gaussian."""
+        names = set(self._rdp) | set(self._gdp) if mechanisms is None else set(mechanisms)
+        missing = sorted(set(self.pld_missing()) & names)
+        if missing:
+            raise ValueError(f"conversion='pld' needs every release as a Gaussian or subsampled Gaussian event; "
+                             f"{missing} are not (an RDP-only mechanism or a central-limit mu)")
+        events = [(e["event"], e["count"]) for name, e in self._rdp.items() if name in names]
+        mu_squared = sum(e["mu_squared"] for name, e in self._gdp.items() if name in names)
+        return pld.compose_gdp(events, float(np.sqrt(mu_squared)))
+
     def conversions(self) -> list[str]:
-        return list(CONVERSIONS) + (["gdp"] if self._gdp and not self._rdp else [])
+        gdp = ["gdp"] if self._gdp and not self._rdp else []
+        return list(CONVERSIONS) + gdp + (["pld"] if not self.empty and not self.pld_missing() else [])
 
     def _eps_table(self, rdp_by_bound: dict, delta: float) -> dict:
         table = {}
@@ -187,6 +222,8 @@ class PrivacyLedger:
                 "params": entry["params"],
                 "epsilon": self._eps_table({b: self._under(entry, b) for b in self.bounds}, delta),
             }
+            if entry["event"] is not None:
+                mechanisms[name]["pld_event"] = entry["event"]
         for name, entry in self._gdp.items():
             mu = float(np.sqrt(entry["mu_squared"]))
             table = self._eps_table({b: self._gdp_rdp(entry["mu_squared"]) for b in self.bounds}, delta)
@@ -200,11 +237,18 @@ class PrivacyLedger:
                 "asymptotic_mu": entry["asymptotic"],
                 "epsilon": table,
             }
+        for name, entry in self._rdp.items():  # GDP ones have their exact "gdp" entry
+            if entry["event"] is not None:
+                eps = pld.epsilon_pld(self.pld_events([name]), delta)
+                for bound in self.bounds:
+                    mechanisms[name]["epsilon"][bound]["pld"] = {"epsilon": eps, "order": None}
         total = {}
+        conversions = self.conversions()
+        pld_total = pld.epsilon_pld(self.pld_events(), delta) if "pld" in conversions else None
         for bound in self.bounds:
             total[bound] = {}
-            for conversion in self.conversions():
-                eps, order = self.epsilon(delta, bound, conversion)
+            for conversion in conversions:
+                eps, order = (pld_total, None) if conversion == "pld" else self.epsilon(delta, bound, conversion)
                 total[bound][conversion] = {"epsilon": eps, "order": order}
         return {"delta": delta, "mechanisms": mechanisms, "total": total}
 
@@ -214,7 +258,7 @@ class PrivacyLedger:
         """Plain python (lists, floats, dicts): safe for torch.load(weights_only=True) checkpoints."""
         rdp = {
             name: {"count": e["count"], "params": copy.deepcopy(e["params"]),
-                   "rdp": {b: v.tolist() for b, v in e["rdp"].items()}}
+                   "rdp": {b: v.tolist() for b, v in e["rdp"].items()}, "event": copy.deepcopy(e["event"])}
             for name, e in self._rdp.items()
         }
         return {"orders": self.orders.tolist(), "rdp": rdp, "gdp": copy.deepcopy(self._gdp),
@@ -225,7 +269,7 @@ class PrivacyLedger:
         self.orders = as_orders(state["orders"])
         self._rdp = {
             name: {"count": e["count"], "params": e["params"],
-                   "rdp": {b: np.asarray(v, dtype=float) for b, v in e["rdp"].items()}}
+                   "rdp": {b: np.asarray(v, dtype=float) for b, v in e["rdp"].items()}, "event": e.get("event")}
             for name, e in state["rdp"].items()
         }
         self._gdp = state["gdp"]
