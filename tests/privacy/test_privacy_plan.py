@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from dpgen.privacy import __main__ as cli
+from dpgen.privacy import pld
 from dpgen.privacy.dpsgd import rdp_subsampled_gaussian
 from dpgen.privacy.pate import rdp_confident_gnmax
 from dpgen.privacy.plan import MAX_STEPS, plan_confident_gnmax, plan_dpsgd, steps_within_budget
@@ -60,3 +61,17 @@ def test_cli(capsys):
     assert printed == result and result["worst_case_steps"] > 0
     with pytest.raises(SystemExit):
         cli.main(["plan", "confident_gnmax", "--teachers", "10"])
+
+
+def test_dpsgd_plan_under_pld_is_tight_and_on_the_cli(capsys):
+    # DP-CGAN's reference sample rate and sigma: no step at eps = 1 under RDP, a run under PLD
+    result = cli.main(["plan", "dpsgd", "--sample-rate", "0.01", "--noise-multiplier", "1.12", "--epsilon", "1",
+                       "--delta", "1e-5", "--conversion", "pld"])
+    n = result["worst_case_steps"]
+    assert json.loads(capsys.readouterr().out)["best_case_steps"] == n > 100
+    eps = [pld.epsilon_pld([(pld.dpsgd_event(0.01, 1.12), k)], 1e-5) for k in (n, n + 1)]
+    assert eps[0] <= 1.0 < eps[1]
+    assert plan_dpsgd(0.01, 1.12, 1.0, 1e-5)["worst_case_steps"] == 0
+    with pytest.raises(SystemExit):  # PLD only where every release is a (subsampled) Gaussian
+        cli.main(["plan", "laplace_pate", "--teachers", "10", "--lam", "0.1", "--queries-per-step", "1",
+                  "--epsilon", "1", "--delta", "1e-5", "--conversion", "pld"])

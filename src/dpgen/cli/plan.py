@@ -27,8 +27,8 @@ from dpgen.privacy.gswgan import GSWGAN_ORDERS
 from dpgen.privacy.laplace import rdp_laplace
 from dpgen.privacy.ledger import STANDARD_BOUNDS, PrivacyLedger
 from dpgen.privacy.pate import rdp_confident_gnmax_batch
-from dpgen.privacy.pld import compose_gdp, dpsgd_event, epsilon_pld
-from dpgen.privacy.plan import largest_fitting, plan_laplace_pate, steps_within_budget
+from dpgen.privacy.pld import dpsgd_event
+from dpgen.privacy.plan import largest_fitting, plan_laplace_pate, steps_within_budget, steps_within_budget_pld
 from dpgen.privacy.rdp import DEFAULT_ORDERS, eps_from_rdp
 
 GENERATOR_STEPS = "generator steps (global_step)"
@@ -103,7 +103,7 @@ def plan_dpsgd_gan(cfg: DictConfig, facts: dict) -> dict:
     sigma = noise_multiplier_of(module.noise_multiplier * module.max_grad_norm, module.max_grad_norm)
     # Xie et al. 2018 Algorithm 1: n_critic private discriminator steps per generator step (Mironov et al. 2019 RDP)
     if p.conversion == "pld":
-        steps = pld_steps(0.0, [(dpsgd_event(q, sigma), module.critic_steps)], cfg)
+        steps = steps_within_budget_pld([(dpsgd_event(q, sigma), module.critic_steps)], p.epsilon, p.delta)
     else:
         steps = steps_within_budget(rdp_subsampled_gaussian(q, sigma, module.critic_steps, orders), orders,
                                     p.epsilon, p.delta, p.conversion)
@@ -159,14 +159,6 @@ def gdp_rdp_steps(cost: dict, cfg: DictConfig) -> int:
     return largest_fitting(lambda n: eps_from_gdp(math.sqrt(n) * cost["gdp_mu"], p.delta) <= p.epsilon)
 
 
-def pld_steps(mu: float, events: list[tuple[dict, int]], cfg: DictConfig) -> int:
-    """Steps whose releases are a mu-GDP part and (event, count) parts, under conversion=pld: the largest n with
-    eps_pld(n x every part) <= epsilon (n mu-GDP releases compose to sqrt(n) mu)."""
-    p = cfg.privacy
-    return largest_fitting(lambda n: epsilon_pld(
-        compose_gdp([(event, n * count) for event, count in events], math.sqrt(n) * mu), p.delta) <= p.epsilon)
-
-
 def plan_pate_triplegan(cfg: DictConfig, facts: dict) -> dict:
     """Per step n_S student steps, each: n Confident-GNMax threshold checks ((1/sigma1)-GDP), a GNMax vote
     ((sqrt(2)/sigma2)-GDP) for each ANSWERED query, and one DP-SGD step on classifier pairs (q = n / N; RDP, or
@@ -188,7 +180,9 @@ def plan_pate_triplegan(cfg: DictConfig, facts: dict) -> dict:
             raise ValueError("privacy.conversion=pld needs method.module.accounting=rdp (a central-limit mu is not "
                              "a privacy loss distribution)")
         dpsgd = [(dpsgd_event(q, hp.noise_multiplier), module.student_steps)]
-        best_steps, worst_steps = (pld_steps(cost["gdp_mu"], dpsgd, cfg) for cost in (best, worst))
+        p = cfg.privacy
+        best_steps, worst_steps = (steps_within_budget_pld(dpsgd, p.epsilon, p.delta, cost["gdp_mu"])
+                                   for cost in (best, worst))
     else:
         best_steps, worst_steps = gdp_rdp_steps(best, cfg), gdp_rdp_steps(worst, cfg)
     return {"mechanism": f"confident_gnmax_gdp + dpsgd_{hp.accounting}", "step_unit": GENERATOR_STEPS,

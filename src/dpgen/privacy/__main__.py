@@ -14,10 +14,10 @@ def _parser() -> argparse.ArgumentParser:
     plan = commands.add_parser("plan", help="how many training steps fit (epsilon, delta)")
     mechanisms = plan.add_subparsers(dest="mechanism", required=True)
 
-    def budget(p):
+    def budget(p, conversions=("classical", "improved")):
         p.add_argument("--epsilon", type=float, required=True)
         p.add_argument("--delta", type=float, required=True)
-        p.add_argument("--conversion", choices=["classical", "improved"], default="classical")
+        p.add_argument("--conversion", choices=conversions, default="classical")
 
     gnmax = mechanisms.add_parser("confident_gnmax", help="G-PATE: Confident-GNMax per projected dimension")
     gnmax.add_argument("--teachers", type=int, required=True)
@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     dpsgd = mechanisms.add_parser("dpsgd", help="DP-SGD (Poisson-subsampled Gaussian)")
     dpsgd.add_argument("--sample-rate", type=float, required=True)
     dpsgd.add_argument("--noise-multiplier", type=float, required=True)
-    budget(dpsgd)
+    budget(dpsgd, ("classical", "improved", "pld"))
     return parser
 
 

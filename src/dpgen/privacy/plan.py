@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from . import pate, pategan
+from . import pate, pategan, pld
 from .dpsgd import rdp_subsampled_gaussian
 from .rdp import DEFAULT_ORDERS, as_orders, eps_from_rdp
 
@@ -19,6 +21,15 @@ def steps_within_budget(rdp_per_step, orders, epsilon: float, delta: float, conv
     orders = as_orders(orders)
     rdp_per_step = np.asarray(rdp_per_step, dtype=float)
     return largest_fitting(lambda n: eps_from_rdp(n * rdp_per_step, orders, delta, conversion)[0] <= epsilon)
+
+
+def steps_within_budget_pld(events_per_step, epsilon: float, delta: float, mu_per_step: float = 0.0) -> int:
+    """Largest n with eps_pld(n x each (event, count) of one step, and n mu-GDP releases) <= epsilon
+    (n mu-GDP releases compose to sqrt(n) mu; privacy.pld)."""
+    if not epsilon > 0:
+        raise ValueError(f"epsilon must be > 0, got {epsilon}")
+    return largest_fitting(lambda n: pld.epsilon_pld(pld.compose_gdp(
+        [(event, n * count) for event, count in events_per_step], math.sqrt(n) * mu_per_step), delta) <= epsilon)
 
 
 def largest_fitting(fits) -> int:
@@ -81,8 +92,12 @@ def plan_laplace_pate(teachers: int, lam: float, queries_per_step: int, epsilon:
 
 def plan_dpsgd(sample_rate: float, noise_multiplier: float, epsilon: float, delta: float, orders=DEFAULT_ORDERS,
                conversion: str = "classical") -> dict:
-    """DP-SGD: one step per noisy gradient; best and worst case coincide."""
+    """DP-SGD: one step per noisy gradient; best and worst case coincide. conversion="pld": privacy.pld."""
+    params = {"mechanism": "dpsgd", "sample_rate": sample_rate, "noise_multiplier": noise_multiplier}
+    if conversion == "pld":
+        steps = steps_within_budget_pld([(pld.dpsgd_event(sample_rate, noise_multiplier), 1)], epsilon, delta)
+        return {**params, "epsilon": epsilon, "delta": delta, "conversion": conversion,
+                "best_case_steps": steps, "worst_case_steps": steps}
     orders = as_orders(orders)
     step = rdp_subsampled_gaussian(sample_rate, noise_multiplier, 1, orders)
-    return _plan(step, step, orders, epsilon, delta, conversion, mechanism="dpsgd", sample_rate=sample_rate,
-                 noise_multiplier=noise_multiplier)
+    return _plan(step, step, orders, epsilon, delta, conversion, **params)
