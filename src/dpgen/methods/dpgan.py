@@ -28,8 +28,8 @@ from dpgen.methods.base import PrivateGenerator
 from dpgen.nn.discriminator import ConditionalDiscriminator
 from dpgen.nn.fc import FCDiscriminator, FCGenerator
 from dpgen.privacy.dpsgd import noise_multiplier_of, rdp_subsampled_gaussian
-from dpgen.privacy.pld import dpsgd_event
 from dpgen.privacy.ledger import STANDARD_BOUNDS, PrivacyLedger
+from dpgen.privacy.pld import dpsgd_event
 from dpgen.privacy.rdp import DEFAULT_ORDERS
 
 MECHANISM = "dpsgd_discriminator"
