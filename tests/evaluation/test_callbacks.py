@@ -98,7 +98,7 @@ def test_tabular_downstream_and_rng_untouched():
 
 
 def test_image_quality_uses_the_cached_domain_classifier(mnist, classifier, tmp_path):
-    save_classifier(classifier, "mnist_small", tmp_path / "classifiers", {"test_accuracy": 0.9})
+    save_classifier(classifier, "mnist_small", tmp_path / "classifiers", {"test_accuracy": 0.9, "epochs": 3})
     trainer = fake_trainer(Data(mnist["train"], mnist["test"]))
     callback = ImageQuality(n_samples=500, classifier_dir=str(tmp_path / "classifiers"), cache_root=str(tmp_path / "fid"))
     results = callback.run(trainer, RealData(*mnist["train"], 10))
@@ -107,6 +107,19 @@ def test_image_quality_uses_the_cached_domain_classifier(mnist, classifier, tmp_
     assert set(trainer.loggers[0].calls[0][1]) == {
         "image_quality/IS", "image_quality/IS_std", "image_quality/FID", "image_quality/classifier_test_accuracy"
     }
+
+
+def test_classifier_epochs_per_dataset_from_the_eval_config():
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from dpgen.cli.common import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=["data=fashion_mnist"])
+    callback = instantiate(cfg.eval.callbacks.image_quality)
+    assert (callback.epochs_for("fashion_mnist"), callback.epochs_for("mnist"), callback.epochs_for("mine")) == (15, 3, 3)
+    assert ImageQuality(classifier_epochs=7).epochs_for("fashion_mnist") == 7
 
 
 def test_image_quality_skips_tables():

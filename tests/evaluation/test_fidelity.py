@@ -58,7 +58,7 @@ def test_missing_inception_weights_fail_clearly(mnist, classifier, tmp_path):
 
 
 def test_classifier_cache_by_dataset_and_weights_hash(mnist, classifier, tmp_path, monkeypatch):
-    path = save_classifier(classifier, "mnist", tmp_path, {"test_accuracy": 0.9})
+    path = save_classifier(classifier, "mnist", tmp_path, {"test_accuracy": 0.9, "epochs": 3})
     assert path.name == f"mnist-{weights_hash(classifier)}.pt"
     model, info = domain_classifier_for("mnist", *mnist["train"], *mnist["test"], num_classes=10, directory=tmp_path)
     assert info["hash"] == weights_hash(classifier) == weights_hash(model) and info["test_accuracy"] == 0.9
@@ -69,6 +69,8 @@ def test_classifier_cache_by_dataset_and_weights_hash(mnist, classifier, tmp_pat
     monkeypatch.setattr(fidelity, "train_domain_classifier", no_training)
     with pytest.raises(AssertionError, match="must not train"):  # other dataset name: a miss
         domain_classifier_for("fashion_mnist", *mnist["train"], *mnist["test"], num_classes=10, directory=tmp_path)
+    with pytest.raises(AssertionError, match="must not train"):  # trained for other epochs: a miss
+        domain_classifier_for("mnist", *mnist["train"], *mnist["test"], num_classes=10, directory=tmp_path, epochs=15)
 
     payload = torch.load(path, weights_only=False)
     payload["state_dict"]["head.bias"] += 1

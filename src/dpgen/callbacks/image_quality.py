@@ -6,6 +6,8 @@ trained on the real training set the first time; the metrics come from `dpgen.ev
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 
 from dpgen.callbacks.downstream import EvaluationCallback
@@ -27,7 +29,7 @@ class ImageQuality(EvaluationCallback):
         seed: int = 0,
         reference: str = "test",
         classifier_dir: str | None = None,
-        classifier_epochs: int = 3,
+        classifier_epochs: int | Mapping[str, int] = 3,
         cache_root: str | None = None,
         inception_weights: str | None = None,
         kid: bool = False,
@@ -39,6 +41,12 @@ class ImageQuality(EvaluationCallback):
         self.cache_root, self.inception_weights, self.kid = cache_root, inception_weights, kid
         self.classifier = None
         self.classifier_info: dict = {}
+
+    def epochs_for(self, dataset: str) -> int:
+        """classifier_epochs: one number, or a mapping dataset name -> epochs with a "default" entry."""
+        if isinstance(self.classifier_epochs, Mapping):
+            return int(self.classifier_epochs.get(dataset, self.classifier_epochs["default"]))
+        return int(self.classifier_epochs)
 
     def evaluate(self, trainer, pl_module) -> dict:
         if trainer.datamodule.test_data.x.dim() != 4:
@@ -53,7 +61,7 @@ class ImageQuality(EvaluationCallback):
         if self.classifier is None:
             self.classifier, self.classifier_info = domain_classifier_for(
                 dm.name, dm.train_data.x, dm.train_data.y, dm.test_data.x, dm.test_data.y,
-                num_classes=dm.num_classes, directory=self.classifier_dir, epochs=self.classifier_epochs,
+                num_classes=dm.num_classes, directory=self.classifier_dir, epochs=self.epochs_for(dm.name),
                 seed=self.seed, device=device, progress=True,
             )
         real = dm.test_data.x if self.reference == "test" else dm.train_data.x

@@ -109,13 +109,13 @@ def domain_classifier_for(
     progress: bool = True,
 ) -> tuple[CNNClassifier, dict]:
     """The cached domain classifier of `dataset` (newest `<dataset>-<hash>.pt` in `directory` whose
-    architecture fits the data), trained on the real training set and cached on a miss.
-    `directory` defaults to `cache_dir() / "classifiers"`."""
+    architecture fits the data and that was trained for `epochs` epochs), trained on the real training set and
+    cached on a miss. `directory` defaults to `cache_dir() / "classifiers"`."""
     directory = Path(directory) if directory is not None else cache_dir() / "classifiers"
     wanted = {"in_channels": train_x.shape[1], "num_classes": num_classes, "image_size": tuple(train_x.shape[2:])}
     for path in sorted(directory.glob(f"{dataset}-*.pt"), key=lambda p: p.stat().st_mtime, reverse=True):
         model, info = load_classifier(path)
-        if all(model.config[key] == value for key, value in wanted.items()):
+        if all(model.config[key] == value for key, value in wanted.items()) and info.get("epochs") == epochs:
             return model, info
     model, info = train_domain_classifier(
         train_x, train_y, test_x, test_y, num_classes=num_classes, epochs=epochs, seed=seed, device=device, progress=progress
