@@ -118,7 +118,7 @@ def test_classifier_epochs_per_dataset_from_the_eval_config():
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides=["data=fashion_mnist"])
     callback = instantiate(cfg.eval.callbacks.image_quality)
-    assert (callback.epochs_for("fashion_mnist"), callback.epochs_for("mnist"), callback.epochs_for("mine")) == (15, 3, 3)
+    assert [callback.epochs_for(name) for name in ("fashion_mnist", "mnist", "mine")] == [15, 3, 3]
     assert ImageQuality(classifier_epochs=7).epochs_for("fashion_mnist") == 7
 
 

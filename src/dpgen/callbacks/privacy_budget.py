@@ -37,8 +37,8 @@ class PrivacyBudget(pl.Callback):
       - before each batch: if eps(ledger + step_cost_bound) > epsilon, request the stop; the step is
         skipped through the module hook above.
       - after each batch: if eps(ledger) > epsilon (possible when the cost is only known afterwards, e.g.
-        data-dependent PATE with step_cost_bound None, or conversion="pld"), restore the generator and the ledger to the last
-        in-budget snapshot and stop; otherwise refresh that snapshot (in-place tensor copies).
+        data-dependent PATE with step_cost_bound None, or conversion="pld"), restore the generator and the
+        ledger to the last in-budget snapshot and stop; otherwise refresh that snapshot (in-place tensor copies).
       - the snapshot pair (generator, ledger) is the callback state saved in every checkpoint, and the
         ledger is also written under checkpoint["privacy_ledger"]; a resumed run restarts from that pair,
         so it ends with the same epsilon as an uninterrupted run. ModelCheckpoint runs after this callback
