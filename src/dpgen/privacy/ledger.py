@@ -222,8 +222,11 @@ class PrivacyLedger:
                 "params": entry["params"],
                 "epsilon": self._eps_table({b: self._under(entry, b) for b in self.bounds}, delta),
             }
-            if entry["event"] is not None:
+            if entry["event"] is not None:  # GDP mechanisms below have their exact "gdp" entry instead
                 mechanisms[name]["pld_event"] = entry["event"]
+                eps = pld.epsilon_pld(self.pld_events([name]), delta)
+                for bound in self.bounds:
+                    mechanisms[name]["epsilon"][bound]["pld"] = {"epsilon": eps, "order": None}
         for name, entry in self._gdp.items():
             mu = float(np.sqrt(entry["mu_squared"]))
             table = self._eps_table({b: self._gdp_rdp(entry["mu_squared"]) for b in self.bounds}, delta)
@@ -237,11 +240,6 @@ class PrivacyLedger:
                 "asymptotic_mu": entry["asymptotic"],
                 "epsilon": table,
             }
-        for name, entry in self._rdp.items():  # GDP ones have their exact "gdp" entry
-            if entry["event"] is not None:
-                eps = pld.epsilon_pld(self.pld_events([name]), delta)
-                for bound in self.bounds:
-                    mechanisms[name]["epsilon"][bound]["pld"] = {"epsilon": eps, "order": None}
         total = {}
         conversions = self.conversions()
         pld_total = pld.epsilon_pld(self.pld_events(), delta) if "pld" in conversions else None
