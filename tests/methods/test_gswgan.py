@@ -127,10 +127,12 @@ def test_budget_stops_before_exceeding_under_the_chosen_bound(bound, tmp_path):
     assert model.ledger.stop["discarded_steps"] == 0
 
 
-def test_tiny_run_pretrains_every_critic_and_releases_the_ema(tmp_path):
+def test_tiny_run_pretrains_every_critic_and_releases_the_ema(tmp_path, caplog):
     model = tiny_gswgan()
-    fit(model, 4, root=tmp_path)
+    with caplog.at_level("INFO", logger="dpgen.nn.critic"):
+        fit(model, 4, root=tmp_path)
     assert bool(model.pretrained) and (model.critics.steps >= 3 * 2).all()  # 3 pretraining steps x 2 critic steps
+    assert "step 3 of 3" in caplog.text  # the warm-up reports its progress to the log (a file under nohup)
     assert model.critics.steps.sum().item() == 4 * 6 + 4 * 2  # + 4 main steps x 2 critic steps on the chosen one
     # the EMA (released) differs from the trained generator once decay > 0, and sample() uses it
     assert any(not torch.equal(a, b) for a, b in zip(model.net_g.parameters(), model.net_train.parameters()))

@@ -2,7 +2,9 @@
 vectorized module (stacked weights, torch.func.vmap over the critic dimension, chunks of `chunk_size`)."""
 from __future__ import annotations
 
+import logging
 import math
+import time
 from typing import Sequence
 
 import torch
@@ -12,6 +14,8 @@ from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 
 from dpgen.nn.fc import FCGenerator
+
+log = logging.getLogger(__name__)
 
 
 class ProjectionCritic(nn.Module):
@@ -140,6 +144,7 @@ class CriticEnsemble(nn.Module):
         Returns the last critic losses (n,)."""
         rng = torch.Generator().manual_seed(seed)
         last = torch.zeros(self.n)
+        start = time.perf_counter()
         for s, e in self.chunks():
             net = FCGenerator(self.in_shape, self.num_classes, z_dim=z_dim, hidden=tuple(generator_hidden),
                               activation="relu", feature_bound=None, label_every_layer=False)
@@ -163,4 +168,7 @@ class CriticEnsemble(nn.Module):
 
                 g_grads = vmap(grad(g_loss))(g_theta, theta, z, y)
                 adam_update(g_theta, g_grads, g_m, g_v, torch.full((e - s,), step), self.lr, self.betas)
+                if step % max(1, steps // 10) == 0:  # the progress bar does not reach a log file
+                    log.info("pretraining critics %d-%d of %d: step %d of %d, %.0f s", s, e - 1, self.n, step, steps,
+                             time.perf_counter() - start)
         return last
