@@ -3,7 +3,8 @@
 For each dataset: the domain classifier's test accuracy and training time (G-PATE appendix F),
 IS of the real test set and FID of the real test set against the real train set with that
 classifier, and the test accuracy of the appendix E CNN trained on the real training set
-(model selection on 10% of the training set). Reads the offline copies of DESIGN.md:
+(model selection on 10% of the training set). Data through the project's datamodules (`data=<name>`),
+the domain classifier trained as the evaluation config says (`classifier_recipes`, cached as in training):
 
     .venv/bin/python scripts/reference_rows.py --datasets mnist fashion_mnist --out reference_rows.json
 """
@@ -11,67 +12,38 @@ classifier, and the test accuracy of the appendix E CNN trained on the real trai
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
-import pickle
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
 
+from dpgen.cli.common import CONF_DIR
 from dpgen.evaluation.downstream import image_accuracy
 from dpgen.evaluation.fidelity import domain_classifier_for, image_quality
 
-FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
+DATASETS = ("mnist", "fashion_mnist")
 
 
-def mnist() -> tuple:
-    import mnist as package
-
-    with gzip.open(Path(package.__file__).parent / "data" / "mnist.pkl.gz") as f:
-        train, valid, test = pickle.load(f, encoding="latin1")
-    x = np.concatenate([train[0], valid[0]])
-    y = np.concatenate([train[1], valid[1]])
-    return (torch.tensor(x).view(-1, 1, 28, 28), torch.tensor(y).long(),
-            torch.tensor(test[0]).view(-1, 1, 28, 28), torch.tensor(test[1]).long())
-
-
-def idx(path: Path) -> np.ndarray:
-    with gzip.open(path) as f:
-        data = f.read()
-    dims = data[3]
-    shape = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
-
-
-def fashion_mnist() -> tuple:
-    def images(name):
-        return torch.tensor(idx(FASHION_DIR / name).astype(np.float32) / 255.0).unsqueeze(1)
-
-    def labels(name):
-        return torch.tensor(idx(FASHION_DIR / name).astype(np.int64))
-
-    return (images("train-images-idx3-ubyte.gz"), labels("train-labels-idx1-ubyte.gz"),
-            images("t10k-images-idx3-ubyte.gz"), labels("t10k-labels-idx1-ubyte.gz"))
-
-
-LOADERS = {"mnist": mnist, "fashion_mnist": fashion_mnist}
-
-
-def reference_row(dataset: str, classifier_epochs: int, max_epochs: int, classifier_dir: str | None) -> dict:
-    train_x, train_y, test_x, test_y = LOADERS[dataset]()
+def reference_row(dataset: str, max_epochs: int, classifier_dir: str | None) -> dict:
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=[f"data={dataset}"])
+    dm = instantiate(cfg.data)
+    dm.setup()
+    train_x, train_y, test_x, test_y = dm.train_data.x, dm.train_data.y, dm.test_data.x, dm.test_data.y
+    recipe = instantiate(cfg.eval.callbacks.image_quality).recipe_for(dataset)
     classifier, info = domain_classifier_for(
-        dataset, train_x, train_y, test_x, test_y, num_classes=10, directory=classifier_dir, epochs=classifier_epochs
+        dataset, train_x, train_y, test_x, test_y, num_classes=dm.num_classes, directory=classifier_dir, recipe=recipe
     )
     start = time.perf_counter()
     quality = image_quality(test_x, train_x, classifier)
     quality_seconds = time.perf_counter() - start
     start = time.perf_counter()
-    cnn = image_accuracy(train_x, train_y, test_x, test_y, num_classes=10, max_epochs=max_epochs)
+    cnn = image_accuracy(train_x, train_y, test_x, test_y, num_classes=dm.num_classes, max_epochs=max_epochs)
     return {
         "dataset": dataset,
-        "classifier": {k: info[k] for k in ("hash", "test_accuracy", "train_seconds", "epochs", "path")},
+        "classifier": {k: info.get(k) for k in ("hash", "test_accuracy", "train_seconds", "path", *recipe)},
         "real_test_IS": quality["IS"],
         "real_test_vs_train_FID": quality["FID"],
         "quality_seconds": quality_seconds,
@@ -81,13 +53,12 @@ def reference_row(dataset: str, classifier_epochs: int, max_epochs: int, classif
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--datasets", nargs="+", default=list(LOADERS), choices=list(LOADERS))
-    parser.add_argument("--classifier-epochs", type=int, default=3)
+    parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
     parser.add_argument("--max-epochs", type=int, default=8, help="epochs of the appendix E CNN on real data")
     parser.add_argument("--classifier-dir", default=None)
     parser.add_argument("--out", default=None, help="also write the rows as JSON")
     args = parser.parse_args()
-    rows = [reference_row(d, args.classifier_epochs, args.max_epochs, args.classifier_dir) for d in args.datasets]
+    rows = [reference_row(d, args.max_epochs, args.classifier_dir) for d in args.datasets]
     text = json.dumps(rows, indent=2)
     print(text)
     if args.out:

@@ -31,6 +31,6 @@ def classifier(mnist):
     """A domain classifier trained for 2 epochs on the 3000 images (about 85-90% test accuracy)."""
     from dpgen.evaluation.fidelity import train_domain_classifier
 
-    model, info = train_domain_classifier(*mnist["train"], *mnist["test"], num_classes=10, epochs=2, progress=False)
+    model, info = train_domain_classifier(*mnist["train"], *mnist["test"], num_classes=10, recipe={"epochs": 2}, progress=False)
     assert info["test_accuracy"] > 0.7
     return model

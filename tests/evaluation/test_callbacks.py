@@ -3,6 +3,7 @@ from types import SimpleNamespace
 
 import lightning.pytorch as pl
 import numpy as np
+import pytest
 import torch
 from lightning.pytorch.loggers import CSVLogger
 from torch import nn
@@ -109,7 +110,7 @@ def test_image_quality_uses_the_cached_domain_classifier(mnist, classifier, tmp_
     }
 
 
-def test_classifier_epochs_per_dataset_from_the_eval_config():
+def test_classifier_recipe_per_dataset_from_the_eval_config():
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 
@@ -118,8 +119,13 @@ def test_classifier_epochs_per_dataset_from_the_eval_config():
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides=["data=fashion_mnist"])
     callback = instantiate(cfg.eval.callbacks.image_quality)
-    assert [callback.epochs_for(name) for name in ("fashion_mnist", "mnist", "mine")] == [15, 3, 3]
-    assert ImageQuality(classifier_epochs=7).epochs_for("fashion_mnist") == 7
+    plain = {"epochs": 3, "flip": False, "cosine": False}
+    assert callback.recipe_for("mnist") == callback.recipe_for("mine") == plain
+    assert callback.recipe_for("fashion_mnist") == {"epochs": 15, "flip": True, "cosine": True}
+    assert ImageQuality(classifier_recipes={"default": {"epochs": 7}}).recipe_for("x") == {**plain, "epochs": 7}
+    assert ImageQuality().recipe_for("fashion_mnist") == plain
+    with pytest.raises(ValueError, match="unknown settings"):
+        ImageQuality(classifier_recipes={"mnist": {"epcohs": 7}})
 
 
 def test_image_quality_skips_tables():

@@ -69,8 +69,16 @@ def test_classifier_cache_by_dataset_and_weights_hash(mnist, classifier, tmp_pat
     monkeypatch.setattr(fidelity, "train_domain_classifier", no_training)
     with pytest.raises(AssertionError, match="must not train"):  # other dataset name: a miss
         domain_classifier_for("fashion_mnist", *mnist["train"], *mnist["test"], num_classes=10, directory=tmp_path)
-    with pytest.raises(AssertionError, match="must not train"):  # trained for other epochs: a miss
-        domain_classifier_for("mnist", *mnist["train"], *mnist["test"], num_classes=10, directory=tmp_path, epochs=15)
+    for recipe in ({"epochs": 15}, {"flip": True}, {"cosine": True}):  # trained another way: a miss
+        with pytest.raises(AssertionError, match="must not train"):
+            domain_classifier_for("mnist", *mnist["train"], *mnist["test"], num_classes=10, directory=tmp_path,
+                                  recipe=recipe)
+    # a file from before flips and cosine decay existed (no such entries) counts as trained without them
+    assert domain_classifier_for("mnist", *mnist["train"], *mnist["test"], num_classes=10, directory=tmp_path,
+                                 recipe={"epochs": 3, "flip": False})[1]["hash"] == weights_hash(classifier)
+    with pytest.raises(ValueError, match="unknown settings"):
+        domain_classifier_for("mnist", *mnist["train"], *mnist["test"], num_classes=10, directory=tmp_path,
+                              recipe={"epoch": 3})
 
     payload = torch.load(path, weights_only=False)
     payload["state_dict"]["head.bias"] += 1

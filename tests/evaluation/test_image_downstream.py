@@ -43,3 +43,43 @@ def test_training_restores_the_best_validation_epoch_and_keeps_the_callers_rng(m
     best = max(fit["history"], key=lambda r: r["val_accuracy"])
     assert fit["best_epoch"] == best["epoch"]
     assert accuracy(model, x[300:400], y[300:400]) == best["val_accuracy"] == fit["val_accuracy"]
+
+
+def halves(n: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+    """1x2x2 images with one bright pixel: class 0 has it on the left, class 1 on the right."""
+    y = torch.arange(n) % 2
+    x = torch.zeros(n, 1, 2, 2)
+    x[torch.arange(n), 0, torch.arange(n) // 2 % 2, y] = 1.0  # the row says nothing of the class
+    return x, y
+
+
+def test_flip_mirrors_the_training_images():
+    """A class told only by left / right cannot be learnt when every image may be mirrored; it is without flips."""
+    x, y = halves()
+    results = {}
+    for flip in (False, True):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 2))
+        train_classifier(model, x, y, max_epochs=30, batch_size=32, lr=0.05, flip=flip)
+        results[flip] = accuracy(model, x, y)
+    assert results[False] == 1.0 and results[True] < 0.75
+
+
+def test_cosine_decays_the_learning_rate_along_the_epochs():
+    """One batch per epoch: the cosine schedule over 3 epochs takes steps at lr x (1, 3/4, 1/4), as a hand-run Adam."""
+    x, y = halves(16)
+    torch.manual_seed(0)
+    scheduled = torch.nn.Linear(4, 2)
+    by_hand = torch.nn.Linear(4, 2)
+    by_hand.load_state_dict(scheduled.state_dict())
+    train_classifier(torch.nn.Sequential(torch.nn.Flatten(), scheduled), x, y, max_epochs=3, batch_size=16, lr=0.1,
+                     cosine=True)
+    optimizer = torch.optim.Adam(by_hand.parameters(), lr=0.1)
+    for factor in (1.0, 0.75, 0.25):  # (1 + cos(pi t / 3)) / 2 for t = 0, 1, 2
+        optimizer.param_groups[0]["lr"] = 0.1 * factor
+        loss = torch.nn.functional.cross_entropy(by_hand(x.flatten(1)), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    for a, b in zip(scheduled.parameters(), by_hand.parameters()):
+        torch.testing.assert_close(a, b)

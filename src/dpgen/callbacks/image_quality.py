@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import torch
 
 from dpgen.callbacks.downstream import EvaluationCallback
-from dpgen.evaluation.fidelity import domain_classifier_for, image_quality
+from dpgen.evaluation.fidelity import domain_classifier_for, full_recipe, image_quality
 
 
 class ImageQuality(EvaluationCallback):
@@ -29,7 +29,7 @@ class ImageQuality(EvaluationCallback):
         seed: int = 0,
         reference: str = "test",
         classifier_dir: str | None = None,
-        classifier_epochs: int | Mapping[str, int] = 3,
+        classifier_recipes: Mapping[str, Mapping] | None = None,
         cache_root: str | None = None,
         inception_weights: str | None = None,
         kid: bool = False,
@@ -37,16 +37,17 @@ class ImageQuality(EvaluationCallback):
         super().__init__(every_n_steps, n_samples, at_end, seed)
         if reference not in ("test", "train"):
             raise ValueError(f"reference must be 'test' or 'train', got {reference!r}")
-        self.reference, self.classifier_dir, self.classifier_epochs = reference, classifier_dir, classifier_epochs
+        self.classifier_recipes = {"default": {}, **(classifier_recipes or {})}
+        for recipe in self.classifier_recipes.values():
+            full_recipe(recipe)  # an unknown setting fails here, not after training
+        self.reference, self.classifier_dir = reference, classifier_dir
         self.cache_root, self.inception_weights, self.kid = cache_root, inception_weights, kid
         self.classifier = None
         self.classifier_info: dict = {}
 
-    def epochs_for(self, dataset: str) -> int:
-        """classifier_epochs: one number, or a mapping dataset name -> epochs with a "default" entry."""
-        if isinstance(self.classifier_epochs, Mapping):
-            return int(self.classifier_epochs.get(dataset, self.classifier_epochs["default"]))
-        return int(self.classifier_epochs)
+    def recipe_for(self, dataset: str) -> dict:
+        """How the domain classifier of `dataset` is trained: its entry of `classifier_recipes`, else "default"."""
+        return full_recipe(self.classifier_recipes.get(dataset, self.classifier_recipes["default"]))
 
     def evaluate(self, trainer, pl_module) -> dict:
         if trainer.datamodule.test_data.x.dim() != 4:
@@ -61,7 +62,7 @@ class ImageQuality(EvaluationCallback):
         if self.classifier is None:
             self.classifier, self.classifier_info = domain_classifier_for(
                 dm.name, dm.train_data.x, dm.train_data.y, dm.test_data.x, dm.test_data.y,
-                num_classes=dm.num_classes, directory=self.classifier_dir, epochs=self.epochs_for(dm.name),
+                num_classes=dm.num_classes, directory=self.classifier_dir, recipe=self.recipe_for(dm.name),
                 seed=self.seed, device=device, progress=True,
             )
         real = dm.test_data.x if self.reference == "test" else dm.train_data.x

@@ -13,6 +13,7 @@ import copy
 import hashlib
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -25,6 +26,18 @@ from dpgen.evaluation.training import accuracy, resolve_device, train_classifier
 from dpgen.nn.classifier import CNNClassifier, domain_classifier
 
 FEATURES = ("logits", "penultimate")
+# How a domain classifier is trained (`train_classifier` settings); part of its cache key. A cached file without
+# an entry was trained with its default here.
+RECIPE = {"epochs": 3, "flip": False, "cosine": False}
+
+
+def full_recipe(recipe: Mapping | None) -> dict:
+    """`recipe` with RECIPE's defaults filled in; ValueError on a setting RECIPE does not have."""
+    recipe = dict(recipe or {})
+    unknown = sorted(set(recipe) - set(RECIPE))
+    if unknown:
+        raise ValueError(f"domain classifier recipe: unknown settings {unknown}; known: {sorted(RECIPE)}")
+    return {**RECIPE, **recipe}
 
 
 def cache_dir() -> Path:
@@ -76,21 +89,24 @@ def train_domain_classifier(
     test_y: torch.Tensor,
     *,
     num_classes: int,
-    epochs: int = 3,
+    recipe: Mapping | None = None,
     batch_size: int = 128,
     seed: int = 0,
     device=None,
     progress: bool = True,
 ) -> tuple[CNNClassifier, dict]:
-    """Train the domain classifier on the real training set for a fixed number of epochs (no model selection)."""
+    """Train the domain classifier on the real training set as `recipe` says (RECIPE: epochs, flips, cosine
+    learning-rate decay), for a fixed number of epochs (no model selection)."""
+    recipe = full_recipe(recipe)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = domain_classifier(train_x.shape[1], num_classes, tuple(train_x.shape[2:]))
     start = time.perf_counter()
-    train_classifier(model, train_x, train_y, max_epochs=epochs, batch_size=batch_size, seed=seed, device=device, progress=progress)
+    train_classifier(model, train_x, train_y, max_epochs=recipe["epochs"], flip=recipe["flip"], cosine=recipe["cosine"],
+                     batch_size=batch_size, seed=seed, device=device, progress=progress)
     seconds = time.perf_counter() - start
     model.cpu()
-    info = {"test_accuracy": accuracy(model, test_x, test_y), "train_seconds": seconds, "epochs": epochs, "n_train": len(train_x)}
+    info = {"test_accuracy": accuracy(model, test_x, test_y), "train_seconds": seconds, **recipe, "n_train": len(train_x)}
     return model, info
 
 
@@ -103,22 +119,24 @@ def domain_classifier_for(
     *,
     num_classes: int,
     directory: str | Path | None = None,
-    epochs: int = 3,
+    recipe: Mapping | None = None,
     seed: int = 0,
     device=None,
     progress: bool = True,
 ) -> tuple[CNNClassifier, dict]:
     """The cached domain classifier of `dataset` (newest `<dataset>-<hash>.pt` in `directory` whose
-    architecture fits the data and that was trained for `epochs` epochs), trained on the real training set and
+    architecture fits the data and that was trained by `recipe`), trained on the real training set and
     cached on a miss. `directory` defaults to `cache_dir() / "classifiers"`."""
     directory = Path(directory) if directory is not None else cache_dir() / "classifiers"
+    recipe = full_recipe(recipe)
     wanted = {"in_channels": train_x.shape[1], "num_classes": num_classes, "image_size": tuple(train_x.shape[2:])}
     for path in sorted(directory.glob(f"{dataset}-*.pt"), key=lambda p: p.stat().st_mtime, reverse=True):
         model, info = load_classifier(path)
-        if all(model.config[key] == value for key, value in wanted.items()) and info.get("epochs") == epochs:
+        trained_by = {key: info.get(key, default) for key, default in RECIPE.items()}
+        if all(model.config[key] == value for key, value in wanted.items()) and trained_by == recipe:
             return model, info
     model, info = train_domain_classifier(
-        train_x, train_y, test_x, test_y, num_classes=num_classes, epochs=epochs, seed=seed, device=device, progress=progress
+        train_x, train_y, test_x, test_y, num_classes=num_classes, recipe=recipe, seed=seed, device=device, progress=progress
     )
     path = save_classifier(model, dataset, directory, info)
     return model, {**info, "dataset": dataset, "hash": weights_hash(model), "path": str(path)}
