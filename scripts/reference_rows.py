@@ -43,7 +43,8 @@ def reference_row(dataset: str, max_epochs: int, classifier_dir: str | None) -> 
     cnn = image_accuracy(train_x, train_y, test_x, test_y, num_classes=dm.num_classes, max_epochs=max_epochs)
     return {
         "dataset": dataset,
-        "classifier": {k: info.get(k) for k in ("hash", "test_accuracy", "train_seconds", "path", *recipe)},
+        # the cache lookup matched `recipe`; a file from before recipes has no flip / cosine entries of its own
+        "classifier": {**{k: info.get(k) for k in ("hash", "test_accuracy", "train_seconds", "path")}, **recipe},
         "real_test_IS": quality["IS"],
         "real_test_vs_train_FID": quality["FID"],
         "quality_seconds": quality_seconds,
