@@ -5,10 +5,12 @@ from torch_fidelity.registry import FEATURE_EXTRACTORS_REGISTRY
 from dpgen.evaluation import fidelity
 from dpgen.evaluation.fidelity import (
     domain_classifier_for,
+    full_recipe,
     image_quality,
     load_classifier,
     register_classifier,
     save_classifier,
+    train_domain_classifier,
     weights_hash,
 )
 from dpgen.nn.classifier import domain_classifier
@@ -69,13 +71,15 @@ def test_classifier_cache_by_dataset_and_weights_hash(mnist, classifier, tmp_pat
     monkeypatch.setattr(fidelity, "train_domain_classifier", no_training)
     with pytest.raises(AssertionError, match="must not train"):  # other dataset name: a miss
         domain_classifier_for("fashion_mnist", *mnist["train"], *mnist["test"], num_classes=10, directory=tmp_path)
-    for recipe in ({"epochs": 15}, {"flip": True}, {"cosine": True}):  # trained another way: a miss
+    for recipe in ({"epochs": 15}, {"flip": True}, {"cosine": True}, {"channels": [64, 128]}):  # another way: a miss
         with pytest.raises(AssertionError, match="must not train"):
             domain_classifier_for("mnist", *mnist["train"], *mnist["test"], num_classes=10, directory=tmp_path,
                                   recipe=recipe)
-    # a file from before flips and cosine decay existed (no such entries) counts as trained without them
+    # a file from before flips, cosine decay and channels existed (no such entries) counts as trained without them
+    # and 32 / 64 wide; the config's list of channels is the same recipe as the cached tuple
     assert domain_classifier_for("mnist", *mnist["train"], *mnist["test"], num_classes=10, directory=tmp_path,
-                                 recipe={"epochs": 3, "flip": False})[1]["hash"] == weights_hash(classifier)
+                                 recipe={"epochs": 3, "flip": False, "channels": [32, 64]}
+                                 )[1]["hash"] == weights_hash(classifier)
     with pytest.raises(ValueError, match="unknown settings"):
         domain_classifier_for("mnist", *mnist["train"], *mnist["test"], num_classes=10, directory=tmp_path,
                               recipe={"epoch": 3})
@@ -96,3 +100,14 @@ def test_weights_hash_follows_the_weights():
     with torch.no_grad():
         b.head.bias[0] += 1e-6
     assert weights_hash(a) != weights_hash(b)
+
+
+def test_recipe_channels_set_the_domain_classifiers_width(mnist):
+    x, y = mnist["train"][0][:64], mnist["train"][1][:64]
+    model, info = train_domain_classifier(x, y, x, y, num_classes=10, recipe={"epochs": 1, "channels": [8, 16]},
+                                          progress=False)
+    assert model.config["channels"] == (8, 16) == info["channels"]
+    assert model.body[0].out_channels == 8 and model.body[4].out_channels == 16
+    for bad in ([8], [8, 0], [8.5, 16]):
+        with pytest.raises(ValueError, match="two positive integers"):
+            full_recipe({"channels": bad})

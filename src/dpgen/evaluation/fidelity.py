@@ -28,7 +28,7 @@ from dpgen.nn.classifier import CNNClassifier, domain_classifier
 FEATURES = ("logits", "penultimate")
 # How a domain classifier is trained (`train_classifier` settings); part of its cache key. A cached file without
 # an entry was trained with its default here.
-RECIPE = {"epochs": 3, "flip": False, "cosine": False}
+RECIPE = {"epochs": 3, "flip": False, "cosine": False, "channels": (32, 64)}
 
 
 def full_recipe(recipe: Mapping | None) -> dict:
@@ -37,7 +37,11 @@ def full_recipe(recipe: Mapping | None) -> dict:
     unknown = sorted(set(recipe) - set(RECIPE))
     if unknown:
         raise ValueError(f"domain classifier recipe: unknown settings {unknown}; known: {sorted(RECIPE)}")
-    return {**RECIPE, **recipe}
+    recipe = {**RECIPE, **recipe}
+    channels = tuple(recipe["channels"])  # a config list and a cached tuple are the same recipe
+    if len(channels) != 2 or not all(isinstance(c, int) and c > 0 for c in channels):
+        raise ValueError(f"domain classifier recipe: channels must be two positive integers, got {recipe['channels']}")
+    return {**recipe, "channels": channels}
 
 
 def cache_dir() -> Path:
@@ -96,11 +100,11 @@ def train_domain_classifier(
     progress: bool = True,
 ) -> tuple[CNNClassifier, dict]:
     """Train the domain classifier on the real training set as `recipe` says (RECIPE: epochs, flips, cosine
-    learning-rate decay), for a fixed number of epochs (no model selection)."""
+    learning-rate decay, the two conv layers' channels), for a fixed number of epochs (no model selection)."""
     recipe = full_recipe(recipe)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = domain_classifier(train_x.shape[1], num_classes, tuple(train_x.shape[2:]))
+        model = domain_classifier(train_x.shape[1], num_classes, tuple(train_x.shape[2:]), channels=recipe["channels"])
     start = time.perf_counter()
     train_classifier(model, train_x, train_y, max_epochs=recipe["epochs"], flip=recipe["flip"], cosine=recipe["cosine"],
                      batch_size=batch_size, seed=seed, device=device, progress=progress)

@@ -70,6 +70,8 @@ def downstream_cnn(in_channels: int, num_classes: int, image_size: int | tuple[i
     return CNNClassifier(in_channels, num_classes, image_size, hidden=128, dropout=0.5, conv_dropout=0.25)
 
 
-def domain_classifier(in_channels: int, num_classes: int, image_size: int | tuple[int, int]) -> CNNClassifier:
+def domain_classifier(in_channels: int, num_classes: int, image_size: int | tuple[int, int],
+                      channels: tuple[int, int] = (32, 64)) -> CNNClassifier:
     """The appendix F domain classifier (a CNN trained on real data); its 256 hidden units are the FID features."""
-    return CNNClassifier(in_channels, num_classes, image_size, hidden=256, dropout=0.3, conv_dropout=0.0)
+    return CNNClassifier(in_channels, num_classes, image_size, channels=channels, hidden=256, dropout=0.3,
+                         conv_dropout=0.0)
