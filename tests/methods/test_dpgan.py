@@ -87,7 +87,11 @@ def test_budget_stops_before_exceeding(tmp_path):
     assert trainer.global_step == fitting
     assert model.ledger.epsilon(1e-5)[0] <= 3.0
     assert model.ledger.stop["discarded_steps"] == 0  # stopped before, not rolled back
-    assert json.loads((tmp_path / "privacy.json").read_text())["mechanisms"][MECHANISM]["count"] == 5 * fitting
+    report = json.loads((tmp_path / "privacy.json").read_text())
+    assert report["mechanisms"][MECHANISM]["count"] == 5 * fitting
+    # the default privacy.bound=data_dependent is reported as what DP-SGD has: the data-independent bound
+    assert report["governing_bound"] == "data_independent" and report["requested_bound"] == "data_dependent"
+    assert list(report["bounds"]) == ["data_independent"] and "DATA-DEPENDENT" not in json.dumps(report)
 
 
 def test_pld_budget_rolls_back_the_step_that_exceeds_and_buys_more_steps(tmp_path):

@@ -1,4 +1,5 @@
 """GS-WGAN (dpgen.methods.gswgan): the two bounds, the sanitizer, the vectorized critics, a tiny run."""
+import json
 import warnings
 
 import dp_accounting
@@ -115,16 +116,23 @@ def fit(model, steps, callbacks=(), *, root):  # root: the run folder (pretraine
     return trainer
 
 
-@pytest.mark.parametrize("bound", ["sound", "as_published"])
+@pytest.mark.parametrize("bound", ["sound", "as_published", "data_dependent", "data_independent"])
 def test_budget_stops_before_exceeding_under_the_chosen_bound(bound, tmp_path):
     model = tiny_gswgan(sanitizer={"noise_multiplier": 3.0})
-    step = rdp_gswgan_step(4, 8, 3.0, GSWGAN_ORDERS)[bound]
+    governing = {"as_published": "as_published"}.get(bound, "sound")  # GS-WGAN has no data-dependent bound
+    step = rdp_gswgan_step(4, 8, 3.0, GSWGAN_ORDERS)[governing]
     fitting = max(k for k in range(1, 50) if eps_from_rdp(step * k, GSWGAN_ORDERS, 1e-5)[0] <= 5.0)
-    assert fitting == {"sound": 2, "as_published": 3}[bound]  # eps after k steps: 3.51, 4.59, 5.45 / 2.18, 3.44, 4.41, 5.20
+    assert fitting == {"sound": 2, "as_published": 3}[governing]  # eps: 3.51, 4.59, 5.45 / 2.18, 3.44, 4.41, 5.20
     trainer = fit(model, 50, [PrivacyBudget(5.0, 1e-5, bound=bound)], root=tmp_path)
     assert trainer.global_step == fitting
     assert model.ledger.summary(1e-5)["mechanisms"][MECHANISM]["count"] == fitting
     assert model.ledger.stop["discarded_steps"] == 0
+    # privacy.json names the bound that governed, not the config's name for it, and lists GS-WGAN's two only
+    report = json.loads((tmp_path / "privacy.json").read_text())
+    assert report["governing_bound"] == governing and sorted(report["bounds"]) == ["as_published", "sound"]
+    assert report.get("requested_bound", bound) == bound and "DATA-DEPENDENT" not in json.dumps(report)
+    assert report["epsilon"] == report["total"][governing]["classical"]["epsilon"]
+    assert f"under {governing}" in report["stop"]["reason"]
 
 
 def test_tiny_run_pretrains_every_critic_and_releases_the_ema(tmp_path, caplog):

@@ -120,3 +120,26 @@ def test_summary_and_json(tmp_path):
     assert report["governing_bound"] == "data_dependent" and "DATA-DEPENDENT" in report["bounds"]["data_dependent"]
     assert report["total"]["data_independent"]["improved"]["epsilon"] <= report["total"]["data_independent"]["classical"]["epsilon"]
     assert report["run"] == "test"
+
+
+def test_aliased_bounds_resolve_to_the_bound_they_stand_for(tmp_path):
+    aliases = {"data_dependent": "sound", "data_independent": "sound"}
+    ledger = PrivacyLedger(A2, aliases=aliases)
+    ledger.record("gswgan", {"as_published": [0.25], "sound": [0.75]}, count=3)
+    assert ledger.bounds == ["as_published", "sound"]
+    assert ledger.resolve_bound("data_dependent") == "sound" and ledger.resolve_bound("as_published") == "as_published"
+    for bound in ("data_dependent", "data_independent", "sound"):
+        assert ledger.epsilon(math.exp(-1), bound) == (pytest.approx(1.75), 2.0)  # classical: rdp + 1
+    assert ledger.epsilon(math.exp(-1), "data_dependent", extra={"sound": [0.25]})[0] == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="aliases here"):
+        ledger.record("gswgan", {"as_published": [0.25], "sound": [0.75], "data_independent": [0.75]})
+    report = json.loads(ledger.write_json(tmp_path, math.exp(-1), "data_dependent").read_text())
+    assert report["governing_bound"] == "sound" and report["requested_bound"] == "data_dependent"
+    assert report["aliases"] == aliases and sorted(report["bounds"]) == ["as_published", "sound"]
+    assert report["epsilon"] == pytest.approx(1.75)
+    # a checkpoint from before the aliases, which recorded data_independent too, loads without it
+    old = ledger.state_dict()
+    old["rdp"]["gswgan"]["rdp"]["data_independent"] = [0.75]
+    restored = PrivacyLedger(A2, aliases=aliases)
+    restored.load_state_dict(old)
+    assert restored.bounds == ["as_published", "sound"] and restored.rdp("data_independent")[0] == pytest.approx(0.75)

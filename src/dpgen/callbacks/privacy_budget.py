@@ -79,7 +79,8 @@ class PrivacyBudget(pl.Callback):
         if self.conversion == "pld":
             return None
         cost = pl_module.step_cost_bound()
-        return cost if cost is not None and (self.bound in cost or "gdp_mu" in cost) else None
+        bound = pl_module.ledger.resolve_bound(self.bound)
+        return cost if cost is not None and (bound in cost or "gdp_mu" in cost) else None
 
     # snapshot
 
@@ -115,11 +116,12 @@ class PrivacyBudget(pl.Callback):
             raise BudgetError("privacy.conversion=pld needs every release to be a Gaussian or a Poisson-subsampled "
                               "Gaussian: methods dpgan, dpcgan, pate_triplegan (with method.module.accounting=rdp)")
         cost = self._known_cost(pl_module)
-        if cost is not None and self._over(PrivacyLedger(ledger.orders), cost):
-            one = self.spent(PrivacyLedger(ledger.orders), cost)
+        nothing_spent = PrivacyLedger(ledger.orders, ledger.aliases)
+        if cost is not None and self._over(nothing_spent, cost):
+            one = self.spent(nothing_spent, cost)
             raise BudgetError(
                 f"privacy budget too small: one training step alone costs epsilon={one:.4g} under bound "
-                f"{self.bound!r} ({self.conversion} conversion, delta={self.delta:g}) > privacy.epsilon={self.epsilon:g}"
+                f"{ledger.resolve_bound(self.bound)!r} ({self.conversion} conversion, delta={self.delta:g}) > privacy.epsilon={self.epsilon:g}"
             )
         if self._restored:
             self._restore_snapshot(pl_module)  # resume from the last in-budget pair of the checkpoint
@@ -135,7 +137,7 @@ class PrivacyBudget(pl.Callback):
         cost = self._known_cost(pl_module)
         if cost is not None and self._over(ledger, cost):
             self._stop(trainer, pl_module, f"budget: the next step could exceed epsilon={self.epsilon:g} "
-                       f"(spent {self.spent(ledger):.6g} under {self.bound}); stopped before it", 0)
+                       f"(spent {self.spent(ledger):.6g} under {ledger.resolve_bound(self.bound)}); stopped before it", 0)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         ledger = getattr(pl_module, "ledger", None)
@@ -145,7 +147,8 @@ class PrivacyBudget(pl.Callback):
         if spent > self.epsilon:
             self._restore_snapshot(pl_module)
             self._stop(trainer, pl_module, f"budget: the last step reached epsilon={spent:.6g} > {self.epsilon:g} "
-                       f"under {self.bound}; generator and ledger rolled back to the last in-budget step", 1)
+                       f"under {ledger.resolve_bound(self.bound)}; generator and ledger rolled back to the last "
+                       "in-budget step", 1)
         else:
             self._take_snapshot(pl_module)
             pl_module.log("epsilon", spent, prog_bar=True)

@@ -22,6 +22,7 @@ from dpgen.cli.common import CONF_DIR, USER_ERRORS, console
 from dpgen.cli.train import build_datamodule
 from dpgen.privacy.dpsgd import noise_multiplier_of, rdp_subsampled_gaussian
 from dpgen.privacy.gdp import eps_from_gdp
+from dpgen.privacy.gswgan import BOUND_ALIASES as GSWGAN_ALIASES
 from dpgen.privacy.gswgan import BOUNDS as GSWGAN_BOUNDS
 from dpgen.privacy.gswgan import GSWGAN_ORDERS
 from dpgen.privacy.laplace import rdp_laplace
@@ -140,7 +141,7 @@ def plan_gswgan(cfg: DictConfig, facts: dict) -> dict:
     # Chen et al. 2020 Sec. 3.2; Wang, Balle & Kasiviswanathan 2019 Thm. 27 (sampling one critic of N_D)
     steps = {bound: steps_within_budget(rdp, GSWGAN_ORDERS, p.epsilon, p.delta, p.conversion)
              for bound, rdp in sanitizer.rdp(module.batch_size, GSWGAN_ORDERS).items()}
-    governing = "as_published" if p.bound == "as_published" else "sound"
+    governing = GSWGAN_ALIASES.get(p.bound, p.bound)
     return {"mechanism": "gswgan_sanitizer", "step_unit": GENERATOR_STEPS, "n_discriminators": module.n_discriminators,
             "batch_size": module.batch_size, "noise_multiplier": sanitizer.noise_multiplier, "clip": sanitizer.clip,
             "as_published_steps": steps["as_published"], "sound_steps": steps["sound"], "governing": governing,

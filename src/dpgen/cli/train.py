@@ -64,7 +64,8 @@ def privacy_report(model, cfg: DictConfig) -> dict:
         return {"private": False, "note": "non-private method: no differential privacy guarantee"}
     p = cfg.privacy
     eps = {b: model.ledger.epsilon(p.delta, bound=b, conversion=p.conversion)[0] for b in model.ledger.bounds}
-    return {"private": True, "delta": p.delta, "governing_bound": p.bound, "conversion": p.conversion,
+    return {"private": True, "delta": p.delta, "governing_bound": model.ledger.resolve_bound(p.bound),
+            "conversion": p.conversion,
             "epsilon": eps, "stop": model.ledger.stop}
 
 

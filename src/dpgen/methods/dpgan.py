@@ -28,7 +28,7 @@ from dpgen.methods.base import PrivateGenerator
 from dpgen.nn.discriminator import ConditionalDiscriminator
 from dpgen.nn.fc import FCDiscriminator, FCGenerator
 from dpgen.privacy.dpsgd import noise_multiplier_of, rdp_subsampled_gaussian
-from dpgen.privacy.ledger import STANDARD_BOUNDS, PrivacyLedger
+from dpgen.privacy.ledger import NO_DATA_DEPENDENT_BOUND, PrivacyLedger
 from dpgen.privacy.pld import dpsgd_event
 from dpgen.privacy.rdp import DEFAULT_ORDERS
 
@@ -43,12 +43,6 @@ OBJECTIVES = {
             lambda d: bce(d, torch.ones_like(d))),
 }
 OPTIMIZERS = {"rmsprop": torch.optim.RMSprop, "sgd": torch.optim.SGD, "adam": torch.optim.Adam}
-
-
-def under_every_standard_bound(rdp) -> dict:
-    """A data-independent cost is the same under every bound; announcing it under each standard name lets
-    PrivacyBudget stop BEFORE a step whichever of them governs the run."""
-    return {bound: rdp for bound in STANDARD_BOUNDS}
 
 
 def make_optimizer(net: nn.Module, spec: dict) -> torch.optim.Optimizer:
@@ -83,7 +77,7 @@ class DPSGDGAN(PrivateGenerator):
         self.secure_mode, self.seed = secure_mode, int(seed)
         self.net_d = GradSampleModule(self.private_discriminator(**(discriminator or {})), loss_reduction="sum")
         self.orders = DEFAULT_ORDERS
-        self.ledger = PrivacyLedger(self.orders)
+        self.ledger = PrivacyLedger(self.orders, aliases=NO_DATA_DEPENDENT_BOUND)
         self.sample_rate: float | None = None
         self.dp_optimizer: DPOptimizer | None = None
         self._poisson_loader, self._poisson_batches = None, None
@@ -145,7 +139,7 @@ class DPSGDGAN(PrivateGenerator):
     def step_cost_bound(self):
         if self.sample_rate is None or self.dp_optimizer is None:
             return None
-        return under_every_standard_bound(self.step_rdp())
+        return {"data_independent": self.step_rdp()}
 
     def private_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The next Poisson batch (possibly empty); a new pass over the data when one ends."""

@@ -22,7 +22,7 @@ from dpgen.aggregation.noise import secret_generator
 from dpgen.aggregation.gradient_sanitizer import SanitizerParams, sanitize
 from dpgen.methods.base import PrivateGenerator
 from dpgen.nn.critic import CriticEnsemble
-from dpgen.privacy.gswgan import GSWGAN_ORDERS
+from dpgen.privacy.gswgan import BOUND_ALIASES, GSWGAN_ORDERS
 from dpgen.privacy.ledger import PrivacyLedger
 
 MECHANISM = "gswgan_sanitizer"
@@ -55,7 +55,7 @@ class GSWGAN(PrivateGenerator):
         self.pretrained_critics = pretrained_critics
         self.register_buffer("pretrained", torch.zeros((), dtype=torch.bool))
         self.orders = GSWGAN_ORDERS
-        self.ledger = PrivacyLedger(self.orders)
+        self.ledger = PrivacyLedger(self.orders, aliases=BOUND_ALIASES)
         self.rng = secret_generator()  # choice of critic, batches and sanitizer noise (aggregation/noise.py)
         self.shards: torch.Tensor | None = None
         self._step_rdp = None
@@ -112,14 +112,11 @@ class GSWGAN(PrivateGenerator):
 
     def step_rdp(self) -> dict:
         if self._step_rdp is None:
-            rdp = self.sanitizer.rdp(self.batch_size, self.orders)
-            self._step_rdp = {**rdp, "data_independent": rdp["sound"]}
+            self._step_rdp = self.sanitizer.rdp(self.batch_size, self.orders)
         return self._step_rdp
 
     def step_cost_bound(self):
-        # Known before the step; "data_dependent" is announced too (the same value) so that PrivacyBudget stops
-        # before exceeding whichever bound governs.
-        return {**self.step_rdp(), "data_dependent": self.step_rdp()["sound"]}
+        return self.step_rdp()  # known before the step, under both bounds
 
     # training
 
@@ -136,7 +133,7 @@ class GSWGAN(PrivateGenerator):
         score = self.critics.score(j, probe, y)
         (grads,) = torch.autograd.grad(-score.sum(), probe)  # row i: d(-D_j(x_i)) / d x_i
         private, rdp = sanitize(grads, self.sanitizer, self.orders, self.rng)
-        self.ledger.record(MECHANISM, {**rdp, "data_independent": rdp["sound"]}, params={
+        self.ledger.record(MECHANISM, rdp, params={
             "n_discriminators": self.n_discriminators, "batch_size": self.batch_size,
             "noise_multiplier": self.sanitizer.noise_multiplier, "clip": self.sanitizer.clip})
         opt = self.optimizers()

@@ -43,7 +43,7 @@ from dpgen.nn.classifier import CNNClassifier
 from dpgen.nn.discriminator import ConditionalDiscriminator
 from dpgen.nn.ensemble import TeacherEnsemble
 from dpgen.nn.generator import ConditionalMLP
-from dpgen.privacy.ledger import PrivacyLedger
+from dpgen.privacy.ledger import NO_DATA_DEPENDENT_BOUND, PrivacyLedger
 from dpgen.privacy.rdp import DEFAULT_ORDERS
 
 
@@ -74,7 +74,7 @@ class PATETripleGAN(PrivateGenerator):
         self.ensemble = TeacherEnsemble(self.n_teachers, self.shape, self.num_classes, seed=seed,
                                         **{"lr": lr, "betas": (beta1, 0.999), **(teachers or {})})
         self.orders = DEFAULT_ORDERS
-        self.ledger = PrivacyLedger(self.orders)
+        self.ledger = PrivacyLedger(self.orders, aliases=NO_DATA_DEPENDENT_BOUND)
         self.sample_rate: float | None = None
         self.dp_optimizer: DPOptimizer | None = None
         self.data = self.labelled = None

@@ -30,6 +30,8 @@ from .rdp import as_orders
 GSWGAN_ORDERS = np.concatenate([[1.1, 1.25, 1.5, 1.75], np.arange(2.0, 21.0), [24, 28, 32, 40, 48, 64, 96, 128, 256]])
 
 BOUNDS = ("as_published", "sound")
+# privacy.bound names a method without a data-dependent bound may be given: both mean the sound bound here.
+BOUND_ALIASES = {"data_dependent": "sound", "data_independent": "sound"}
 
 
 def rdp_sampled_wor_gaussian(population: int, noise_multiplier: float, count: int, orders) -> np.ndarray:

@@ -15,6 +15,8 @@ from .rdp import CONVERSIONS, DEFAULT_ORDERS, as_orders, check_delta, eps_from_r
 
 STANDARD_BOUNDS = ("data_dependent", "data_independent")
 GDP_EXTRA = "gdp_mu"
+# The aliases of a method whose releases are all priced without looking at the data (DP-SGD, GDP votes).
+NO_DATA_DEPENDENT_BOUND = {"data_dependent": "data_independent"}
 
 BOUND_NOTES = {
     "data_dependent": (
@@ -47,14 +49,19 @@ class PrivacyLedger:
     N(0,1) vs N(mu,1)), which is how it joins the RDP total; `conversion="gdp"` is exact but allowed only
     when the ledger holds GDP releases alone.
 
+    Aliases: a method may name the bounds it computes as another one, e.g. NO_DATA_DEPENDENT_BOUND, so that
+    `privacy.bound=data_dependent` is reported as what it is. An aliased name is accepted wherever a bound is
+    asked for, is resolved first (`resolve_bound`), and is neither recorded nor listed in `bounds`.
+
     PLD: an RDP release may also give `event`, its description for privacy.pld (the same at every record);
     `conversion="pld"` composes the privacy loss distributions of all releases (GDP ones as Gaussians), allowed
     only when every RDP release has an event and no GDP release is asymptotic. It prices no hypothetical
     `extra` step: budgets under it are checked after each step (PrivacyBudget rolls an over-budget step back).
     """
 
-    def __init__(self, orders=DEFAULT_ORDERS):
+    def __init__(self, orders=DEFAULT_ORDERS, aliases: Mapping[str, str] | None = None):
         self.orders = as_orders(orders).copy()
+        self.aliases = dict(aliases or {})
         self._rdp: dict[str, dict] = {}
         self._gdp: dict[str, dict] = {}
         self.stop: dict | None = None
@@ -68,6 +75,9 @@ class PrivacyLedger:
         if not rdp:
             raise ValueError("record needs at least one bound")
         event = None if event is None else pld.check_event(event)
+        aliased = sorted(set(rdp) & set(self.aliases))
+        if aliased:
+            raise ValueError(f"bounds {aliased} are aliases here ({self.aliases}): record the bound they stand for")
         if "data_dependent" in rdp and "data_independent" not in rdp:
             raise ValueError("a release with a data_dependent bound must also give its data_independent bound")
         values = {}
@@ -122,7 +132,11 @@ class PrivacyLedger:
     @property
     def bounds(self) -> list[str]:
         names = {bound for entry in self._rdp.values() for bound in entry["rdp"]}
-        return sorted(names | set(STANDARD_BOUNDS))
+        return sorted((names | set(STANDARD_BOUNDS)) - set(self.aliases))
+
+    def resolve_bound(self, bound: str) -> str:
+        """The bound `bound` is computed as (itself unless the method aliased it)."""
+        return self.aliases.get(bound, bound)
 
     @property
     def empty(self) -> bool:
@@ -140,15 +154,18 @@ class PrivacyLedger:
     def _gdp_rdp(self, mu_squared: float) -> np.ndarray:
         return self.orders * mu_squared / 2.0
 
-    def _check_bound(self, bound: str, extra: Mapping | None):
+    def _check_bound(self, bound: str, extra: Mapping | None) -> str:
+        """`bound` resolved through the aliases; ValueError if neither the ledger nor `extra` knows it."""
+        resolved = self.resolve_bound(bound)
         known = set(self.bounds) | set(extra or ())
-        if bound not in known - {GDP_EXTRA}:
+        if resolved not in known - {GDP_EXTRA}:
             raise ValueError(f"unknown bound {bound!r}; this ledger has {self.bounds}")
+        return resolved
 
     def rdp(self, bound: str = "data_dependent", extra: Mapping | None = None) -> np.ndarray:
         """Total RDP over orders under `bound`. `extra` is a hypothetical further release used by budget
         checks: a mapping bound -> RDP over orders, or {"gdp_mu": mu} for a mu-GDP release."""
-        self._check_bound(bound, extra)
+        bound = self._check_bound(bound, extra)
         extra = dict(extra or {})
         total = self._gdp_rdp(self.mu() ** 2 + float(extra.pop(GDP_EXTRA, 0.0)) ** 2)
         for entry in self._rdp.values():
@@ -166,7 +183,7 @@ class PrivacyLedger:
         """(eps, order) such that the recorded releases (plus `extra`, see rdp) are (eps, delta)-DP under
         `bound`. order is None for the GDP conversion and for no release at all ((0, 0)-DP)."""
         delta = check_delta(delta)
-        self._check_bound(bound, extra)
+        bound = self._check_bound(bound, extra)
         if conversion not in ALL_CONVERSIONS:
             raise ValueError(f"conversion must be one of {ALL_CONVERSIONS}, got {conversion!r}")
         if self.empty and not extra:
@@ -266,8 +283,9 @@ class PrivacyLedger:
         state = copy.deepcopy(state)
         self.orders = as_orders(state["orders"])
         self._rdp = {
-            name: {"count": e["count"], "params": e["params"],
-                   "rdp": {b: np.asarray(v, dtype=float) for b, v in e["rdp"].items()}, "event": e.get("event")}
+            name: {"count": e["count"], "params": e["params"],  # older runs also recorded aliased names: dropped
+                   "rdp": {b: np.asarray(v, dtype=float) for b, v in e["rdp"].items() if b not in self.aliases},
+                   "event": e.get("event")}
             for name, e in state["rdp"].items()
         }
         self._gdp = state["gdp"]
@@ -278,6 +296,7 @@ class PrivacyLedger:
         """Write privacy.json: every bound and conversion, which bound and conversion governed the run."""
         summary = self.summary(delta)
         eps, order = self.epsilon(delta, governing_bound, conversion)
+        requested, governing_bound = governing_bound, self.resolve_bound(governing_bound)
         report = {
             "epsilon": eps,
             "delta": summary["delta"],
@@ -291,6 +310,9 @@ class PrivacyLedger:
             "total": summary["total"],
             "mechanisms": summary["mechanisms"],
         }
+        if requested != governing_bound:
+            report["requested_bound"] = requested
+            report["aliases"] = self.aliases
         if any(e["asymptotic"] for e in self._gdp.values()):
             report["asymptotic_warning"] = (
                 "some GDP releases use the central-limit mu of Bu et al. 2020, an approximation, not a bound"
