@@ -60,8 +60,18 @@ class Recorder:
         self.calls.append((step, metrics))
 
 
+class TableRecorder(Recorder):  # a logger with tables, as W&B's
+    def __init__(self):
+        super().__init__()
+        self.tables = []
+
+    def log_table(self, key, columns, data, step):
+        self.tables.append((key, columns, data, step))
+
+
 def fake_trainer(datamodule, step=7):
-    return SimpleNamespace(is_global_zero=True, global_step=step, loggers=[Recorder()], datamodule=datamodule)
+    return SimpleNamespace(is_global_zero=True, global_step=step, loggers=[Recorder(), TableRecorder()],
+                           datamodule=datamodule)
 
 
 def test_flatten_keeps_numbers_only():
@@ -96,6 +106,10 @@ def test_tabular_downstream_and_rng_untouched():
     assert results["average"]["auroc"] == 1.0 and results["step"] == 7
     step, logged = trainer.loggers[0].calls[0]
     assert step == 7 and logged["downstream/mlp/auroc"] == 1.0
+    assert trainer.loggers[1].calls == trainer.loggers[0].calls  # every logger gets the scalars
+    key, columns, data, step = trainer.loggers[1].tables[0]  # a logger with tables also gets them as one table
+    assert key == "downstream/table" and columns == ["metric", "value"] and step == 7
+    assert dict(data) == logged
 
 
 def test_image_quality_uses_the_cached_domain_classifier(mnist, classifier, tmp_path):
@@ -119,9 +133,9 @@ def test_classifier_recipe_per_dataset_from_the_eval_config():
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides=["data=fashion_mnist"])
     callback = instantiate(cfg.eval.callbacks.image_quality)
-    plain = {"epochs": 3, "flip": False, "cosine": False}
+    plain = {"epochs": 3, "flip": False, "cosine": False, "channels": (32, 64)}
     assert callback.recipe_for("mnist") == callback.recipe_for("mine") == plain
-    assert callback.recipe_for("fashion_mnist") == {"epochs": 15, "flip": True, "cosine": True}
+    assert callback.recipe_for("fashion_mnist") == {"epochs": 15, "flip": True, "cosine": True, "channels": (32, 64)}
     assert ImageQuality(classifier_recipes={"default": {"epochs": 7}}).recipe_for("x") == {**plain, "epochs": 7}
     assert ImageQuality().recipe_for("fashion_mnist") == plain
     with pytest.raises(ValueError, match="unknown settings"):
@@ -132,3 +146,20 @@ def test_image_quality_skips_tables():
     dm = SimpleNamespace(test_data=SimpleNamespace(x=torch.zeros(10, 3), y=torch.zeros(10)))
     trainer = fake_trainer(dm)
     assert ImageQuality().run(trainer, None) == {} and trainer.loggers[0].calls == []
+
+
+def test_results_reach_a_real_wandb_logger_offline(tmp_path, monkeypatch):
+    from lightning.pytorch.loggers import WandbLogger
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    rng = np.random.default_rng(0)
+    y = torch.arange(200) % 2
+    x = torch.tensor(rng.normal(size=(200, 3)), dtype=torch.float32)
+    x[:, 0] = 2 * y - 1
+    dm = SimpleNamespace(train_data=SimpleNamespace(x=x[:150], y=y[:150]), test_data=SimpleNamespace(x=x[150:], y=y[150:]))
+    logger = WandbLogger(project="dpgen-test", save_dir=str(tmp_path), offline=True)
+    trainer = SimpleNamespace(is_global_zero=True, global_step=3, loggers=[logger], datamodule=dm)
+    DownstreamUtility(n_samples=100).run(trainer, RealData(x[:150], y[:150], 2))
+    logger.experiment.finish()
+    run = next((tmp_path / "wandb").glob("offline-run-*"))
+    assert any(run.rglob("*.wandb")) and any(run.rglob("downstream/table*.table.json"))

@@ -36,7 +36,7 @@ class EvaluationCallback(pl.Callback):
     `every_n_steps` (0: never during training) and at the end of training (`at_end`).
 
     The last results are kept in `self.results` (with the step) and their numbers are sent to
-    every logger as `<name>/<key>`. Sampling runs under a forked, seeded RNG so evaluations
+    every logger as `<name>/<key>` (and, to a logger with tables such as W&B's, as one table `<name>/table`). Sampling runs under a forked, seeded RNG so evaluations
     neither change the training trajectory nor differ between runs.
     """
 
@@ -68,8 +68,12 @@ class EvaluationCallback(pl.Callback):
         log.info("%s: done in %.0f s: %s", self.name, time.perf_counter() - start, flatten(results, self.name))
         if results:
             self.results = {**results, "step": trainer.global_step}
+            metrics = flatten(results, self.name)
             for logger in trainer.loggers:
-                logger.log_metrics(flatten(results, self.name), step=trainer.global_step)
+                logger.log_metrics(metrics, step=trainer.global_step)
+                if hasattr(logger, "log_table"):  # W&B: the same numbers as one table per evaluation
+                    logger.log_table(key=f"{self.name}/table", columns=["metric", "value"],
+                                     data=[[name, value] for name, value in metrics.items()], step=trainer.global_step)
         return self.results
 
     def synthetic(self, pl_module, labels: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
