@@ -51,6 +51,8 @@ def parse_args():
     p.add_argument("--channels", type=int, nargs="*", default=None, help="teacher conv channels (default: the reference teacher's)")
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--joint-batch-norm", action="store_true")
+    p.add_argument("--moment-dtype", choices=["bfloat16", "float32"], default="bfloat16",
+                   help="dtype of the teachers' Adam moments")
     p.add_argument("--z-dim", type=int, default=100)
     p.add_argument("--g-lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
@@ -82,7 +84,7 @@ def main():
     b = min(a.batch, size)
     arch = {"hidden": a.hidden} | ({"channels": a.channels} if a.channels else {})
     ensemble = TeacherEnsemble(a.teachers, (1, 28, 28), 10, joint_batch_norm=a.joint_batch_norm,
-                               moment_dtype="bfloat16", seed=a.seed, **arch)
+                               moment_dtype=a.moment_dtype, seed=a.seed, **arch)
     gen = ConditionalImageGenerator((1, 28, 28), 10, z_dim=a.z_dim)
     opt = torch.optim.Adam(gen.parameters(), lr=a.g_lr, betas=(0.5, 0.999))
     agg = DPGradAggParams(clip=a.clip, bins=a.bins, proj_dim=a.proj or None, sigma1=a.sigma1, sigma2=a.sigma2,
