@@ -135,7 +135,7 @@ def test_classifier_recipe_per_dataset_from_the_eval_config():
     callback = instantiate(cfg.eval.callbacks.image_quality)
     plain = {"epochs": 3, "flip": False, "cosine": False, "channels": (32, 64)}
     assert callback.recipe_for("mnist") == callback.recipe_for("mine") == plain
-    assert callback.recipe_for("fashion_mnist") == {"epochs": 15, "flip": True, "cosine": True, "channels": (32, 64)}
+    assert callback.recipe_for("fashion_mnist") == {"epochs": 15, "flip": True, "cosine": True, "channels": (64, 128)}
     assert ImageQuality(classifier_recipes={"default": {"epochs": 7}}).recipe_for("x") == {**plain, "epochs": 7}
     assert ImageQuality().recipe_for("fashion_mnist") == plain
     with pytest.raises(ValueError, match="unknown settings"):
