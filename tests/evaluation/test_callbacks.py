@@ -92,12 +92,19 @@ def test_downstream_runs_every_n_steps_and_at_the_end_and_logs(mnist, tmp_path):
     assert [int(row["step"]) for row in rows] == [2, 4, 4]  # steps 2 and 4, then the end of training
 
 
-def test_tabular_downstream_and_rng_untouched():
+def separable_table(n: int, n_train: int):
+    """n rows of 3 features whose first one is the label (-1 / 1): (x, y, a datamodule-like split)."""
     rng = np.random.default_rng(0)
-    y = torch.arange(400) % 2
-    x = torch.tensor(rng.normal(size=(400, 3)), dtype=torch.float32)
+    y = torch.arange(n) % 2
+    x = torch.tensor(rng.normal(size=(n, 3)), dtype=torch.float32)
     x[:, 0] = 2 * y - 1
-    dm = SimpleNamespace(train_data=SimpleNamespace(x=x[:300], y=y[:300]), test_data=SimpleNamespace(x=x[300:], y=y[300:]))
+    split = SimpleNamespace(train_data=SimpleNamespace(x=x[:n_train], y=y[:n_train]),
+                            test_data=SimpleNamespace(x=x[n_train:], y=y[n_train:]))
+    return x, y, split
+
+
+def test_tabular_downstream_and_rng_untouched():
+    x, y, dm = separable_table(400, 300)
     trainer = fake_trainer(dm)
     callback = DownstreamUtility(n_samples=200)
     state = torch.get_rng_state()
@@ -152,11 +159,7 @@ def test_results_reach_a_real_wandb_logger_offline(tmp_path, monkeypatch):
     from lightning.pytorch.loggers import WandbLogger
 
     monkeypatch.setenv("WANDB_SILENT", "true")
-    rng = np.random.default_rng(0)
-    y = torch.arange(200) % 2
-    x = torch.tensor(rng.normal(size=(200, 3)), dtype=torch.float32)
-    x[:, 0] = 2 * y - 1
-    dm = SimpleNamespace(train_data=SimpleNamespace(x=x[:150], y=y[:150]), test_data=SimpleNamespace(x=x[150:], y=y[150:]))
+    x, y, dm = separable_table(200, 150)
     logger = WandbLogger(project="dpgen-test", save_dir=str(tmp_path), offline=True)
     trainer = SimpleNamespace(is_global_zero=True, global_step=3, loggers=[logger], datamodule=dm)
     DownstreamUtility(n_samples=100).run(trainer, RealData(x[:150], y[:150], 2))

@@ -142,4 +142,5 @@ def test_aliased_bounds_resolve_to_the_bound_they_stand_for(tmp_path):
     old["rdp"]["gswgan"]["rdp"]["data_independent"] = [0.75]
     restored = PrivacyLedger(A2, aliases=aliases)
     restored.load_state_dict(old)
-    assert restored.bounds == ["as_published", "sound"] and restored.rdp("data_independent")[0] == pytest.approx(0.75)
+    assert restored.bounds == ["as_published", "sound"]
+    assert restored.rdp("data_independent")[0] == pytest.approx(0.75)

@@ -36,8 +36,9 @@ class EvaluationCallback(pl.Callback):
     `every_n_steps` (0: never during training) and at the end of training (`at_end`).
 
     The last results are kept in `self.results` (with the step) and their numbers are sent to
-    every logger as `<name>/<key>` (and, to a logger with tables such as W&B's, as one table `<name>/table`). Sampling runs under a forked, seeded RNG so evaluations
-    neither change the training trajectory nor differ between runs.
+    every logger as `<name>/<key>` (and, to a logger with tables such as W&B's, as one table `<name>/table`).
+    Sampling runs under a forked, seeded RNG so evaluations neither change the training trajectory nor differ
+    between runs.
     """
 
     name = "eval"

@@ -67,6 +67,11 @@ class PrivacyBudget(pl.Callback):
 
     # budget arithmetic
 
+    def governing(self, ledger: PrivacyLedger) -> str:
+        """The bound that governs: `bound` as the method's ledger resolves it (e.g. data_dependent is
+        data_independent for DP-SGD)."""
+        return ledger.resolve_bound(self.bound)
+
     def spent(self, ledger: PrivacyLedger, extra=None) -> float:
         return ledger.epsilon(self.delta, self.bound, self.conversion, extra=extra)[0]
 
@@ -79,8 +84,7 @@ class PrivacyBudget(pl.Callback):
         if self.conversion == "pld":
             return None
         cost = pl_module.step_cost_bound()
-        bound = pl_module.ledger.resolve_bound(self.bound)
-        return cost if cost is not None and (bound in cost or "gdp_mu" in cost) else None
+        return cost if cost is not None and (self.governing(pl_module.ledger) in cost or "gdp_mu" in cost) else None
 
     # snapshot
 
@@ -121,7 +125,8 @@ class PrivacyBudget(pl.Callback):
             one = self.spent(nothing_spent, cost)
             raise BudgetError(
                 f"privacy budget too small: one training step alone costs epsilon={one:.4g} under bound "
-                f"{ledger.resolve_bound(self.bound)!r} ({self.conversion} conversion, delta={self.delta:g}) > privacy.epsilon={self.epsilon:g}"
+                f"{self.governing(ledger)!r} ({self.conversion} conversion, delta={self.delta:g}) > "
+                f"privacy.epsilon={self.epsilon:g}"
             )
         if self._restored:
             self._restore_snapshot(pl_module)  # resume from the last in-budget pair of the checkpoint
@@ -137,7 +142,7 @@ class PrivacyBudget(pl.Callback):
         cost = self._known_cost(pl_module)
         if cost is not None and self._over(ledger, cost):
             self._stop(trainer, pl_module, f"budget: the next step could exceed epsilon={self.epsilon:g} "
-                       f"(spent {self.spent(ledger):.6g} under {ledger.resolve_bound(self.bound)}); stopped before it", 0)
+                       f"(spent {self.spent(ledger):.6g} under {self.governing(ledger)}); stopped before it", 0)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         ledger = getattr(pl_module, "ledger", None)
@@ -147,8 +152,7 @@ class PrivacyBudget(pl.Callback):
         if spent > self.epsilon:
             self._restore_snapshot(pl_module)
             self._stop(trainer, pl_module, f"budget: the last step reached epsilon={spent:.6g} > {self.epsilon:g} "
-                       f"under {ledger.resolve_bound(self.bound)}; generator and ledger rolled back to the last "
-                       "in-budget step", 1)
+                       f"under {self.governing(ledger)}; generator and ledger rolled back to the last in-budget step", 1)
         else:
             self._take_snapshot(pl_module)
             pl_module.log("epsilon", spent, prog_bar=True)

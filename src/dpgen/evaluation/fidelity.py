@@ -104,7 +104,8 @@ def train_domain_classifier(
     recipe = full_recipe(recipe)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = domain_classifier(train_x.shape[1], num_classes, tuple(train_x.shape[2:]), channels=recipe["channels"])
+        model = domain_classifier(train_x.shape[1], num_classes, tuple(train_x.shape[2:]),
+                                  channels=recipe["channels"])
     start = time.perf_counter()
     train_classifier(model, train_x, train_y, max_epochs=recipe["epochs"], flip=recipe["flip"], cosine=recipe["cosine"],
                      batch_size=batch_size, seed=seed, device=device, progress=progress)
