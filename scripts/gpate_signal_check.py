@@ -57,6 +57,9 @@ def parse_args():
     p.add_argument("--g-lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="outputs/gpate_signal_check")
+    p.add_argument("--smooth", type=int, default=0,
+                   help="S > 0: draw each projection direction on an SxS grid and upsample it bilinearly to 28x28 "
+                        "(low-frequency directions, not Algorithm 2's i.i.d. N(0, 1/k) entries; data-independent)")
     return p.parse_args()
 
 
@@ -68,6 +71,19 @@ def label_accuracy(gen, classifier, z, y, batch: int, train_mode: bool):
         x = torch.cat([gen(z[i:i + size], y[i:i + size]) for i in range(0, len(y), size)])
     gen.train(True)
     return (classifier(x).argmax(1) == y).float().mean().item(), x
+
+
+def smooth_dp_grad_agg(grads, agg, a, orders):
+    """DPGradAgg with low-frequency projection directions R (b, k, 784), each scaled to the norm sqrt(784 / k) of
+    Algorithm 2's N(0, 1/k) columns: project, aggregate every projected coordinate as one query, back-project."""
+    b, k = grads.shape[1], a.proj
+    r = torch.nn.functional.interpolate(torch.randn(b * k, 1, a.smooth, a.smooth), size=(28, 28), mode="bilinear",
+                                        align_corners=False).view(b, k, 784)
+    r = r / r.norm(dim=2, keepdim=True) * (784 / k) ** 0.5
+    per_query = DPGradAggParams(clip=agg.clip, bins=agg.bins, proj_dim=None, sigma1=agg.sigma1, sigma2=agg.sigma2,
+                                threshold=agg.threshold)
+    u, release = dp_grad_agg(torch.einsum("tsd,skd->tsk", grads, r), per_query, orders)
+    return torch.einsum("sk,skd->sd", u, r), release
 
 
 def main():
@@ -106,7 +122,10 @@ def main():
         if a.agg == "mean":
             private = grads.mean(0)
         else:
-            private, release = dp_grad_agg(grads, agg, orders)
+            if a.smooth:
+                private, release = smooth_dp_grad_agg(grads, agg, a, orders)
+            else:
+                private, release = dp_grad_agg(grads, agg, orders)
             share = release.votes / a.teachers
             for bound in spent:
                 spent[bound] += release.rdp[bound]
