@@ -17,6 +17,7 @@ mode (batch statistics, as the reference code generates), and for `dpgradagg` th
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -80,14 +81,15 @@ def smooth_dp_grad_agg(grads, agg, a, orders):
     r = torch.nn.functional.interpolate(torch.randn(b * k, 1, a.smooth, a.smooth), size=(28, 28), mode="bilinear",
                                         align_corners=False).view(b, k, 784)
     r = r / r.norm(dim=2, keepdim=True) * (784 / k) ** 0.5
-    per_query = DPGradAggParams(clip=agg.clip, bins=agg.bins, proj_dim=None, sigma1=agg.sigma1, sigma2=agg.sigma2,
-                                threshold=agg.threshold)
+    per_query = dataclasses.replace(agg, proj_dim=None)  # the k projected coordinates are the queries
     u, release = dp_grad_agg(torch.einsum("tsd,skd->tsk", grads, r), per_query, orders)
     return torch.einsum("sk,skd->sd", u, r), release
 
 
 def main():
     a = parse_args()
+    if a.smooth and not a.proj:
+        raise SystemExit("--smooth draws the projection directions: it needs --proj k > 0")
     torch.manual_seed(a.seed)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
