@@ -17,7 +17,6 @@ mode (batch statistics, as the reference code generates), and for `dpgradagg` th
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import time
 from pathlib import Path
@@ -52,6 +51,8 @@ def parse_args():
     p.add_argument("--channels", type=int, nargs="*", default=None, help="teacher conv channels (default: the reference teacher's)")
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--joint-batch-norm", action="store_true")
+    p.add_argument("--pool", type=int, default=1,
+                   help="teachers see the image average-pooled P x P (method.module.teachers.pool)")
     p.add_argument("--moment-dtype", choices=["bfloat16", "float32"], default="bfloat16",
                    help="dtype of the teachers' Adam moments")
     p.add_argument("--z-dim", type=int, default=100)
@@ -59,8 +60,8 @@ def parse_args():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="outputs/gpate_signal_check")
     p.add_argument("--smooth", type=int, default=0,
-                   help="S > 0: draw each projection direction on an SxS grid and upsample it bilinearly to 28x28 "
-                        "(low-frequency directions, not Algorithm 2's i.i.d. N(0, 1/k) entries; data-independent)")
+                   help="S > 0: low-frequency projection directions drawn on an S x S grid "
+                        "(method.module.aggregator.smooth; not Algorithm 2's i.i.d. entries)")
     return p.parse_args()
 
 
@@ -74,22 +75,8 @@ def label_accuracy(gen, classifier, z, y, batch: int, train_mode: bool):
     return (classifier(x).argmax(1) == y).float().mean().item(), x
 
 
-def smooth_dp_grad_agg(grads, agg, a, orders):
-    """DPGradAgg with low-frequency projection directions R (b, k, 784), each scaled to the norm sqrt(784 / k) of
-    Algorithm 2's N(0, 1/k) columns: project, aggregate every projected coordinate as one query, back-project."""
-    b, k = grads.shape[1], a.proj
-    r = torch.nn.functional.interpolate(torch.randn(b * k, 1, a.smooth, a.smooth), size=(28, 28), mode="bilinear",
-                                        align_corners=False).view(b, k, 784)
-    r = r / r.norm(dim=2, keepdim=True) * (784 / k) ** 0.5
-    per_query = dataclasses.replace(agg, proj_dim=None)  # the k projected coordinates are the queries
-    u, release = dp_grad_agg(torch.einsum("tsd,skd->tsk", grads, r), per_query, orders)
-    return torch.einsum("sk,skd->sd", u, r), release
-
-
 def main():
     a = parse_args()
-    if a.smooth and not a.proj:
-        raise SystemExit("--smooth draws the projection directions: it needs --proj k > 0")
     torch.manual_seed(a.seed)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -100,13 +87,13 @@ def main():
     size = min(len(q) for q in parts)
     parts = torch.stack([q[:size] for q in parts])
     b = min(a.batch, size)
-    arch = {"hidden": a.hidden} | ({"channels": a.channels} if a.channels else {})
+    arch = {"hidden": a.hidden} | ({"channels": a.channels} if a.channels is not None else {})
     ensemble = TeacherEnsemble(a.teachers, (1, 28, 28), 10, joint_batch_norm=a.joint_batch_norm,
-                               moment_dtype=a.moment_dtype, seed=a.seed, **arch)
+                               moment_dtype=a.moment_dtype, pool=a.pool, seed=a.seed, **arch)
     gen = ConditionalImageGenerator((1, 28, 28), 10, z_dim=a.z_dim)
     opt = torch.optim.Adam(gen.parameters(), lr=a.g_lr, betas=(0.5, 0.999))
     agg = DPGradAggParams(clip=a.clip, bins=a.bins, proj_dim=a.proj or None, sigma1=a.sigma1, sigma2=a.sigma2,
-                          threshold=a.threshold)
+                          threshold=a.threshold, smooth=a.smooth or None)
     orders = np.asarray(DEFAULT_ORDERS, dtype=float)
     z_fixed, y_fixed = latent(100, a.z_dim), torch.arange(10).repeat(10)
     spent = {"data_dependent": np.zeros_like(orders), "data_independent": np.zeros_like(orders)}
@@ -124,10 +111,7 @@ def main():
         if a.agg == "mean":
             private = grads.mean(0)
         else:
-            if a.smooth:
-                private, release = smooth_dp_grad_agg(grads, agg, a, orders)
-            else:
-                private, release = dp_grad_agg(grads, agg, orders)
+            private, release = dp_grad_agg(grads, agg, orders, shape=(1, 28, 28))
             share = release.votes / a.teachers
             for bound in spent:
                 spent[bound] += release.rdp[bound]

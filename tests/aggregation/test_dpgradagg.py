@@ -1,5 +1,6 @@
 """DPGradAgg (G-PATE Algorithm 2), dpgen.aggregation.dpgradagg."""
 import numpy as np
+import pytest
 import torch
 
 from dpgen.aggregation import dpgradagg
@@ -32,3 +33,46 @@ def test_projection_makes_k_queries_per_sample_and_back_projects_with_the_same_m
     want = torch.einsum("sdk,sk->sd", r, torch.where(u >= 0, 0.5, -0.5).to(torch.float64))
     assert len(release.answered) == 10 and release.answered.all() and (release.votes.max(1) == 3).all()
     torch.testing.assert_close(private, want, rtol=0, atol=1e-12)
+
+
+def test_smooth_projection_of_one_grid_cell_is_constant_and_gives_the_sign_of_the_pixel_sum():
+    # smooth = 1: each direction is one N(0, 1) draw upsampled to a constant image, scaled to norm
+    # sqrt(dim / k), i.e. every entry s / sqrt(k) with s = +-1. With c = 1, B = 2 (midpoints -+0.5) and unanimous
+    # teachers each answer is 0.5 sign(s sum(g)), so a_k r_k = 0.5 sign(sum(g)) / sqrt(k) in every pixel for
+    # every k, whatever the draws: the private gradient is 0.5 sqrt(k) sign(sum(g)) everywhere.
+    k, shape = 4, (1, 3, 5)
+    p = DPGradAggParams(clip=1.0, bins=2, proj_dim=k, sigma1=1e-6, sigma2=1e-6, threshold=0.5, smooth=1)
+    g = torch.randn(6, 15, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    private, release = dpgradagg.dp_grad_agg(g.expand(3, 6, 15), p, np.array([2.0]),
+                                             torch.Generator().manual_seed(0), shape=shape)
+    want = 0.5 * k**0.5 * torch.sign(g.sum(1, keepdim=True)).expand(6, 15)
+    assert len(release.answered) == 6 * k and release.answered.all()  # k queries per sample, as Algorithm 2
+    torch.testing.assert_close(private, want, rtol=0, atol=1e-12)
+
+
+def test_smooth_directions_have_the_gaussian_norm_and_little_pixel_to_pixel_variation():
+    n, k, shape = 50, 10, (1, 28, 28)
+    gauss = dpgradagg.projection(n, shape, k, None, torch.Generator().manual_seed(0))
+    smooth = dpgradagg.projection(n, shape, k, 7, torch.Generator().manual_seed(0))
+    assert gauss.shape == smooth.shape == (n, 784, k)
+    torch.testing.assert_close(smooth.norm(dim=1), torch.full((n, k), (784 / k) ** 0.5))
+
+    def neighbour_variation(r):  # mean squared difference of horizontal neighbours / mean square
+        img = r.transpose(1, 2).reshape(n, k, 28, 28)
+        return ((img[..., 1:] - img[..., :-1]) ** 2).mean() / (img**2).mean()
+
+    # i.i.d. entries: E(a - b)^2 / E a^2 = 2; a 7 x 7 grid upsampled 4x varies over ~4 pixels: about 0.1
+    assert neighbour_variation(gauss) == pytest.approx(2.0, rel=0.05)
+    assert neighbour_variation(smooth) < 0.2
+
+
+def test_smooth_projection_refuses_what_it_cannot_do():
+    with pytest.raises(ValueError, match="needs proj_dim"):
+        DPGradAggParams(proj_dim=None, smooth=7)
+    with pytest.raises(ValueError, match="grid size"):
+        DPGradAggParams(smooth=0)
+    p = DPGradAggParams(clip=1.0, bins=2, proj_dim=2, sigma1=1.0, sigma2=1.0, smooth=3)
+    with pytest.raises(ValueError, match="image shape"):
+        dpgradagg.dp_grad_agg(torch.zeros(2, 3, 4), p, np.array([2.0]), shape=(4,))
+    with pytest.raises(ValueError, match="does not have"):
+        dpgradagg.dp_grad_agg(torch.zeros(2, 3, 4), p, np.array([2.0]), shape=(1, 3, 3))

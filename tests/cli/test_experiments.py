@@ -83,7 +83,7 @@ def test_paper_settings_of_appendix_e():
     assert (ten["n_teachers"], ten["batch_size"], ten["module"]["z_dim"]) == (2000, 30, 100)
     assert (ten["module"]["aggregator"]["sigma1"], ten["module"]["aggregator"]["sigma2"]) == (600.0, 100.0)
     assert one["module"]["aggregator"] | {"sigma1": 0, "sigma2": 0} == {
-        "clip": 1e-4, "bins": 10, "proj_dim": 10, "sigma1": 0, "sigma2": 0, "threshold": 0.5}
+        "clip": 1e-4, "bins": 10, "proj_dim": 10, "sigma1": 0, "sigma2": 0, "threshold": 0.5, "smooth": None}
     # the reference teacher (not the CPU-sized default of conf/method/gpate.yaml): 555,655 parameters on MNIST
     assert one["module"]["teachers"]["channels"] is None and ten["module"]["teachers"]["hidden"] == 256
     assert not one["module"]["teachers"]["joint_batch_norm"]  # real and fake normalised apart, as the reference

@@ -174,3 +174,36 @@ def test_almost_noiseless_run_moves_samples_toward_the_data():
     before = distance_to_data(model)
     fit(model, 150)
     assert distance_to_data(model) < 0.7 * before  # measured: 0.253 -> 0.125 (seeds 0-3: 0.09-0.15)
+
+
+def test_smooth_projection_is_refused_for_tables():
+    with pytest.raises(ValueError, match="image directions"):
+        tiny(aggregator={"smooth": 3})
+
+
+class ToyImages(Toy):
+    """The toy's 400 records as 1 x 8 x 8 images: class 0 dark, class 1 bright (public, made here)."""
+
+    kind, shape = "image", (1, 8, 8)
+
+    def load(self):
+        train, test = super().load()
+        return tuple(TensorData(d.x[:, :1].repeat(1, 64).view(-1, 1, 8, 8), d.y) for d in (train, test))
+
+
+def test_pooled_teachers_and_smooth_directions_keep_b_times_k_queries_and_move_the_generator():
+    # options beyond the paper (teachers.pool, aggregator.smooth) change neither the queries nor what they cost
+    torch.manual_seed(0)
+    model = GPATE((1, 8, 8), 2, "image", n_teachers=TEACHERS, z_dim=8, lr=1e-2,
+                  aggregator=dict(clip=1e-3, bins=10, proj_dim=2, sigma1=50.0, sigma2=20.0, smooth=2),
+                  teachers=dict(channels=[4, 4], hidden=16, chunk_size=5, pool=2),
+                  generator=dict(fc_dim=16, start_channels=4))
+    assert model.ensemble.conv_shape == (1, 4, 4)
+    before = {k: v.clone() for k, v in model.net_g.named_parameters()}
+    trainer = pl.Trainer(max_steps=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False)
+    trainer.fit(model, datamodule=ToyImages(batch_size=BATCH, n_teachers=TEACHERS))
+    assert mechanisms(model)["confident_gnmax"]["count"] == 3 * BATCH * 2
+    assert model.step_cost_bound()["data_independent"] == pytest.approx(
+        BATCH * 2 * (model.orders / (2 * 50.0**2) + model.orders / 20.0**2))
+    assert any(not torch.equal(before[k], v) for k, v in model.net_g.named_parameters())

@@ -77,3 +77,26 @@ def test_reference_initialisation():
     assert d.convs[0].weight.abs().max() <= 0.04  # truncated at 2 std = 0.04
     assert abs(d.fc.weight.std().item() - 0.02) < 0.001
     assert torch.all(d.fc_norm.weight == 1) and torch.all(d.fc.bias == 0) and torch.all(d.conv_norms[0].bias == 0)
+
+
+def test_pooled_teacher_sees_only_block_means():
+    # pool = 2 on 28 x 28: the layers are those of a 14 x 14 input (14 -> 7 -> 4), and two images with the
+    # same 2 x 2 block means (here: one with a +-1 checkerboard added, which every 2 x 2 block cancels) get the
+    # same logits and the same input gradients, the gradient constant over each block
+    torch.manual_seed(0)
+    d = ConditionalDiscriminator((1, 28, 28), 10, pool=2)
+    assert d.conv_shape == (1, 14, 14) and d.fc.in_features == d.channels[-1] * 4 * 4 + 10
+    x, y = torch.rand(3, 1, 28, 28), torch.tensor([0, 4, 9])
+    checker = (torch.arange(28)[:, None] + torch.arange(28)[None, :]) % 2 * 2.0 - 1.0
+    a, b = x.clone().requires_grad_(), (x + checker).requires_grad_()
+    torch.testing.assert_close(d(a, y), d(b, y))
+    (ga,) = torch.autograd.grad(d(a, y).sum(), [a])
+    (gb,) = torch.autograd.grad(d(b, y).sum(), [b])
+    torch.testing.assert_close(ga, gb)
+    torch.testing.assert_close(ga, ga[..., ::2, ::2].repeat_interleave(2, -2).repeat_interleave(2, -1))
+
+
+@pytest.mark.parametrize("shape, pool", [((1, 28, 28), 3), ((12,), 2), ((1, 28, 28), 0)])
+def test_pool_must_divide_an_image(shape, pool):
+    with pytest.raises(ValueError, match="pool must"):
+        ConditionalDiscriminator(shape, 2, pool=pool)

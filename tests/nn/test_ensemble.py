@@ -13,11 +13,12 @@ def batches(n, b, shape, classes, seed):
             torch.randint(0, classes, (b,), generator=g))
 
 
-@pytest.mark.parametrize("shape, classes, steps", [((1, 28, 28), 10, 2), ((3, 64, 64), 3, 1), ((6,), 2, 2)])
-def test_same_updates_and_input_grads_as_independent_modules(shape, classes, steps):
+@pytest.mark.parametrize("shape, classes, steps, arch", [((1, 28, 28), 10, 2, {}), ((3, 64, 64), 3, 1, {}),
+                                                         ((6,), 2, 2, {}), ((1, 28, 28), 10, 2, {"pool": 2})])
+def test_same_updates_and_input_grads_as_independent_modules(shape, classes, steps, arch):
     """3 teachers in chunks of 2 (one partial chunk) against 3 nn.Modules with their own torch.optim.Adam."""
     n, b = 3, 4
-    ens = TeacherEnsemble(n, shape, classes, chunk_size=2, seed=1).to(torch.float64)
+    ens = TeacherEnsemble(n, shape, classes, chunk_size=2, seed=1, **arch).to(torch.float64)
     modules = [ens.teacher(i) for i in range(n)]
     optims = [torch.optim.Adam(m.parameters(), lr=1e-3, betas=(0.5, 0.999)) for m in modules]
     for step in range(steps):

@@ -42,6 +42,8 @@ class GPATE(PrivateGenerator):
         self.lr, self.beta1, self.n_teachers = lr, beta1, int(n_teachers)
         self.class_ratio_epsilon = class_ratio_epsilon
         self.agg = DPGradAggParams(**(aggregator or {}))
+        if self.agg.smooth is not None and len(self.shape) != 3:
+            raise ValueError(f"aggregator.smooth draws image directions; this data has shape {self.shape}")
         self.ensemble = TeacherEnsemble(self.n_teachers, self.shape, self.num_classes, seed=seed, **(teachers or {}))
         self.orders = np.asarray(DEFAULT_ORDERS, dtype=float)
         self.ledger = PrivacyLedger(self.orders)
@@ -107,7 +109,7 @@ class GPATE(PrivateGenerator):
         grads = -self.ensemble.input_grads(fake.detach(), fake_y, real_x, real_y)  # (teachers, b, dim)
         if self.noise is None or self.noise.device != grads.device:
             self.noise = secret_generator(grads.device)
-        private, release = dp_grad_agg(grads, self.agg, self.orders, self.noise)
+        private, release = dp_grad_agg(grads, self.agg, self.orders, self.noise, shape=self.shape)
         self.ledger.record("confident_gnmax", release.rdp, count=len(release.answered),
                            params={"sigma1": self.agg.sigma1, "sigma2": self.agg.sigma2,
                                    "threshold": self.agg.threshold * self.n_teachers,

@@ -85,12 +85,18 @@ class ConditionalDiscriminator(nn.Module):
     [y maps] conv 5x5/2 to 32 + K, BatchNorm, LeakyReLU; flatten, [y], linear `hidden` (256), BatchNorm,
     LeakyReLU; [y], linear 1. 555,655 parameters for MNIST. BatchNorm always uses the statistics of the batch
     it is given (TF DCGAN style, no running averages), also in eval mode.
+
+    `pool=P` (not in the paper, a dpgen option for images): the image is first average-pooled P x P, and the
+    layers above are those of the pooled size. A fixed, public map: the teacher cannot see (nor ask the
+    generator to fix) detail finer than P pixels, and costs about P^2 times less.
     """
 
     def __init__(self, in_shape: Sequence[int], num_classes: int, *, channels: Sequence[int] | None = None,
-                 hidden: int = 256, negative_slope: float = 0.2, bn_eps: float = 1e-5):
+                 hidden: int = 256, negative_slope: float = 0.2, bn_eps: float = 1e-5, pool: int = 1):
         super().__init__()
-        self.in_shape, self.num_classes = tuple(in_shape), num_classes
+        self.in_shape, self.num_classes, self.pool = tuple(in_shape), num_classes, int(pool)
+        self.conv_shape = pooled_shape(self.in_shape, self.pool)
+        in_shape = self.conv_shape
         self.channels = tuple(default_channels(in_shape, num_classes) if channels is None else channels)
         self.hidden, self.negative_slope, self.bn_eps = hidden, negative_slope, bn_eps
         ins = [in_shape[0]] + list(self.channels[:-1]) if self.channels else []
@@ -114,7 +120,7 @@ class ConditionalDiscriminator(nn.Module):
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """x: (b, *in_shape), y: (b,) int64 labels. Returns logits (b,)."""
         onehot = one_hot(y, self.num_classes, x.dtype)
-        h = x
+        h = F.avg_pool2d(x, self.pool) if self.pool > 1 else x
         for i, conv in enumerate(self.convs):
             h = torch.cat([h, label_maps(onehot, h.shape[-2], h.shape[-1])], 1)
             h = conv(pad_same(h))
@@ -124,6 +130,16 @@ class ConditionalDiscriminator(nn.Module):
         h = torch.cat([h.flatten(1), onehot], 1)
         h = F.leaky_relu(self.fc_norm(self.fc(h)), self.negative_slope)
         return self.out(torch.cat([h, onehot], 1)).squeeze(1)
+
+
+def pooled_shape(in_shape: tuple[int, ...], pool: int) -> tuple[int, ...]:
+    """The (C, H / P, W / P) a P x P average pooling makes of an image; P = 1 leaves any shape as it is."""
+    if pool == 1:
+        return in_shape
+    if pool < 1 or len(in_shape) != 3 or in_shape[1] % pool or in_shape[2] % pool:
+        raise ValueError(f"pool must be >= 1 and divide the height and width of an image; got pool={pool} "
+                         f"for shape {in_shape}")
+    return (in_shape[0], in_shape[1] // pool, in_shape[2] // pool)
 
 
 def init_parameter(name: str, p: torch.Tensor, generator: torch.Generator | None = None) -> None:

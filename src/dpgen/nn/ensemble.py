@@ -47,6 +47,7 @@ class TeacherEnsemble(nn.Module):
         with torch.device("meta"):
             template = ConditionalDiscriminator(in_shape, num_classes, **arch)
         self.channels, self.negative_slope, self.bn_eps = template.channels, template.negative_slope, template.bn_eps
+        self.pool, self.conv_shape = template.pool, template.conv_shape  # what the layers see after pooling
         self.shapes = {name: tuple(p.shape) for name, p in template.named_parameters()}
         self.params, self.exp_avg, self.exp_avg_sq = nn.Module(), nn.Module(), nn.Module()
         generator = torch.Generator().manual_seed(seed)
@@ -83,12 +84,14 @@ class TeacherEnsemble(nn.Module):
         (`label_map_response`) that is added instead of convolved."""
         n, batch = x.shape[:2]
         b = batch // groups
+        if self.pool > 1:
+            x = F.avg_pool2d(x.reshape(n * batch, *self.in_shape), self.pool).view(n, batch, *self.conv_shape)
         onehot = one_hot(y, self.num_classes, x.dtype)  # (T, B, K)
         h = x.reshape(n, groups, b, -1).permute(2, 1, 0, 3)  # (b, G, T, features)
         for i in range(len(self.channels)):
             weight, bias = theta[f"convs.{i}.weight"], theta[f"convs.{i}.bias"]
             c = weight.shape[2] - self.num_classes
-            height, width = (self.in_shape[1], self.in_shape[2]) if i == 0 else h.shape[-2:]
+            height, width = (self.conv_shape[1], self.conv_shape[2]) if i == 0 else h.shape[-2:]
             kernels = weight[:, :, :c].expand(groups, *weight[:, :, :c].shape).reshape(-1, c, *weight.shape[-2:])
             # channels_last: oneDNN's grouped conv is ~10% faster per iteration on one thread (measured, n = 100)
             last = torch.channels_last
@@ -262,12 +265,12 @@ class TeacherEnsemble(nn.Module):
         """Floats autograd keeps per sample and teacher in one forward (padded conv inputs, conv outputs before
         and after BatchNorm / LeakyReLU, FC features and hidden layer): an upper-side estimate."""
         k, total = self.num_classes, 0
-        c, size = (self.in_shape[0], self.in_shape[1:]) if self.channels else (0, ())
+        c, size = (self.conv_shape[0], self.conv_shape[1:]) if self.channels else (0, ())
         for out in self.channels:
             total += c * (size[0] + 3) * (size[1] + 3)
             size = (math.ceil(size[0] / 2), math.ceil(size[1] / 2))
             total += 4 * out * size[0] * size[1]
             c = out
-        features = c * size[0] * size[1] if self.channels else math.prod(self.in_shape)
+        features = c * size[0] * size[1] if self.channels else math.prod(self.conv_shape)
         hidden = self.shapes["fc.weight"][0]
         return total + features + k + 4 * hidden + k
