@@ -63,6 +63,7 @@ def test_every_file_composes_and_builds_its_method(name):
     model = instantiate(cfg["method"]["module"], shape=shape, num_classes=CLASSES[data],
                         kind="table" if data == "kaggle_credit" else "image")
     assert model.ensemble.n_teachers == 2
+    assert model.agg.smooth is None and model.ensemble.pool == 1  # the paper's Algorithm 2 and whole images
 
 
 @pytest.mark.parametrize("data", ["mnist", "fashion_mnist"])
@@ -87,6 +88,7 @@ def test_paper_settings_of_appendix_e():
     # the reference teacher (not the CPU-sized default of conf/method/gpate.yaml): 555,655 parameters on MNIST
     assert one["module"]["teachers"]["channels"] is None and ten["module"]["teachers"]["hidden"] == 256
     assert not one["module"]["teachers"]["joint_batch_norm"]  # real and fake normalised apart, as the reference
+    assert one["module"]["teachers"]["pool"] == ten["module"]["teachers"]["pool"] == 1  # not the CPU default's 2
     model = instantiate({**one["module"], "n_teachers": 1}, shape=(1, 28, 28), num_classes=10, kind="image")
     assert sum(p.numel() for p in model.ensemble.teacher(0).parameters()) == 555_655
 

@@ -111,3 +111,16 @@ def test_multirun_sweep_writes_one_folder_per_job(tmp_path):
     table = (sweep / "report.md").read_text()
     assert "| gan | fashion_mnist | none (not private) |" in table and "| gan | mnist | none (not private) |" in table
     assert (sweep / "utility_vs_epsilon.png").stat().st_size > 0 and (sweep / "samples.png").stat().st_size > 0
+
+
+def test_a_rolled_back_step_is_not_counted_as_a_step_of_the_released_generator(tmp_path):
+    # G-PATE's data-dependent cost is known only after a step: the step that crosses the budget runs, is rolled
+    # back, and the released generator has one step fewer than the trainer ran (10 samples x k = 10 queries each)
+    result = train(tmp_path, "method=gpate", "data=mnist", "method.n_teachers=20", "method.batch_size=10",
+                   "method.module.aggregator.sigma1=100", "method.module.aggregator.sigma2=100", "privacy.epsilon=3",
+                   "eval=none", "logger=none", "checkpoint_every_n_steps=1000")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    privacy = json.loads((tmp_path / "run" / "privacy.json").read_text())
+    assert privacy["stop"]["discarded_steps"] == 1 and metrics["steps_run"] == metrics["steps"] + 1 >= 3
+    assert privacy["mechanisms"]["confident_gnmax"]["count"] == metrics["steps"] * 10 * 10

@@ -82,8 +82,11 @@ def run(cfg: DictConfig) -> dict:
     trainer.fit(model, datamodule=dm, ckpt_path=cfg.resume)
     wall = time.time() - start
     save_generator(model, dm, cfg, out / "generator.pt")
+    # a step rolled back by PrivacyBudget ran (global_step counts it) but is not in the released generator
+    discarded = ((model.ledger.stop or {}).get("discarded_steps", 0)) if getattr(model, "ledger", None) else 0
     results = {
-        "method": cfg.method.name, "data": cfg.data.name, "steps": trainer.global_step, "wall_time_s": round(wall, 1),
+        "method": cfg.method.name, "data": cfg.data.name, "steps": trainer.global_step - discarded,
+        "steps_run": trainer.global_step, "wall_time_s": round(wall, 1),
         "losses": {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("loss")},
         "privacy": privacy_report(model, cfg),
     }

@@ -1,6 +1,8 @@
 """G-PATE (NeurIPS 2021): a student generator taught by an ensemble of teacher discriminators through DPGradAgg."""
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
 
 import numpy as np
@@ -15,6 +17,7 @@ from dpgen.privacy import laplace
 from dpgen.privacy.ledger import PrivacyLedger
 from dpgen.privacy.rdp import DEFAULT_ORDERS
 
+log = logging.getLogger(__name__)
 CLASS_RATIO = "laplace_class_ratio"
 CLASS_PROBS_KEY = "gpate_class_probs"
 
@@ -28,7 +31,10 @@ class GPATE(PrivateGenerator):
     `class_ratio_epsilon`: G-PATE section 6.2 "Kaggle Credit" two-step approach: once, before training, the
     training set's class counts are released with the Laplace mechanism at this epsilon; fake labels in
     training and in `sample()` then follow the noisy ratio, and the generator trains with the rest of the
-    budget (the release is in the ledger). None: balanced labels, no release."""
+    budget (the release is in the ledger). None: balanced labels, no release.
+
+    `aggregator.smooth` and `teachers.pool` (dpgen options beyond the paper, on in the CPU-sized default) shape
+    image directions and image pooling; for tables they do not apply and are ignored, with a log line."""
 
     def __init__(self, shape, num_classes, kind, n_teachers: int, z_dim: int = 100, lr: float = 1e-3,
                  beta1: float = 0.5, aggregator: dict | None = None, teachers: dict | None = None,
@@ -42,9 +48,12 @@ class GPATE(PrivateGenerator):
         self.lr, self.beta1, self.n_teachers = lr, beta1, int(n_teachers)
         self.class_ratio_epsilon = class_ratio_epsilon
         self.agg = DPGradAggParams(**(aggregator or {}))
-        if self.agg.smooth is not None and len(self.shape) != 3:
-            raise ValueError(f"aggregator.smooth draws image directions; this data has shape {self.shape}")
-        self.ensemble = TeacherEnsemble(self.n_teachers, self.shape, self.num_classes, seed=seed, **(teachers or {}))
+        teachers = dict(teachers or {})
+        if len(self.shape) != 3 and (self.agg.smooth is not None or teachers.get("pool", 1) != 1):
+            log.info("aggregator.smooth and teachers.pool apply to images; ignored for data of shape %s", self.shape)
+            self.agg = dataclasses.replace(self.agg, smooth=None)
+            teachers["pool"] = 1
+        self.ensemble = TeacherEnsemble(self.n_teachers, self.shape, self.num_classes, seed=seed, **teachers)
         self.orders = np.asarray(DEFAULT_ORDERS, dtype=float)
         self.ledger = PrivacyLedger(self.orders)
         self.fake_batch = None  # per-teacher real batch size b: from the datamodule at fit start, else the first batch

@@ -138,7 +138,7 @@ def pooled_shape(in_shape: tuple[int, ...], pool: int) -> tuple[int, ...]:
         return in_shape
     if pool < 1 or len(in_shape) != 3 or in_shape[1] % pool or in_shape[2] % pool:
         raise ValueError(f"pool must be >= 1 and divide the height and width of an image; got pool={pool} "
-                         f"for shape {in_shape}")
+                         f"for shape {in_shape} (G-PATE: method.module.teachers.pool=1 uses the whole image)")
     return (in_shape[0], in_shape[1] // pool, in_shape[2] // pool)
 
 
