@@ -57,3 +57,14 @@ def test_4000_teachers_of_15_records_see_each_record_once_per_epoch():
     batch, = list(sampler)
     assert batch.shape == (4000, 15)
     assert torch.equal(batch.flatten().sort().values, torch.arange(60_000))
+
+
+def test_epoch_shuffle_depends_on_seed_and_epoch_only():
+    # a resumed run rebuilds its sampler; Lightning's set_epoch(e) must give it epoch e's batches again
+    parts = partition_indices(60, 4, seed=0)
+    sampler = TeacherBatchSampler(parts, batch_size=15, seed=3)
+    epochs = [list(sampler)[0] for _ in range(3)]
+    fresh = TeacherBatchSampler(parts, batch_size=15, seed=3)
+    fresh.set_epoch(2)
+    assert torch.equal(list(fresh)[0], epochs[2])
+    assert not torch.equal(epochs[1], epochs[2])

@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from dpgen.aggregation import dpgradagg
+from dpgen.callbacks.checkpoint_io import AtomicCheckpointIO
 from dpgen.callbacks.privacy_budget import PrivacyBudget
+from dpgen.callbacks.random_state import RandomState
 from dpgen.data.base import DPGenDataModule, TensorData
 from dpgen.methods import gpate
 from dpgen.methods.gpate import CLASS_RATIO, GPATE
@@ -209,3 +211,35 @@ def test_pooled_teachers_and_smooth_directions_keep_b_times_k_queries_and_move_t
     assert model.step_cost_bound()["data_independent"] == pytest.approx(
         BATCH * 2 * (model.orders / (2 * 50.0**2) + model.orders / 20.0**2))
     assert any(not torch.equal(before[k], v) for k, v in model.net_g.named_parameters())
+
+
+def test_resumed_run_ends_with_the_teachers_generator_and_ledger_of_an_uninterrupted_one(tmp_path, monkeypatch):
+    # The secret noise is drawn afresh on every start (aggregation/noise.py); here it is keyed to the step so
+    # that both runs draw the same noise and any difference comes from what the checkpoint failed to carry.
+    step = GPATE.training_step
+
+    def keyed_noise(self, batch, batch_idx):
+        self.noise = torch.Generator().manual_seed(1000 + self.global_step)
+        return step(self, batch, batch_idx)
+
+    monkeypatch.setattr(GPATE, "training_step", keyed_noise)
+    batch = 400 // TEACHERS  # the whole partition: one batch per epoch, as G-PATE's 4000-teacher cells
+
+    def run(steps, root, ckpt_path=None):
+        torch.manual_seed(0)  # what train.py's seed_everything does on every start
+        model = tiny(aggregator={"sigma1": 5.0, "sigma2": 2.0, "threshold": 0.3})
+        trainer = pl.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                             enable_model_summary=False, default_root_dir=root, plugins=[AtomicCheckpointIO()],
+                             callbacks=[PrivacyBudget(1e6, 1e-5), RandomState()])
+        trainer.fit(model, datamodule=Toy(batch_size=batch, n_teachers=TEACHERS), ckpt_path=ckpt_path)
+        return model, trainer
+
+    whole, _ = run(6, tmp_path / "whole")
+    first, trainer = run(3, tmp_path / "first")
+    trainer.save_checkpoint(tmp_path / "first" / "last.ckpt")
+    resumed, _ = run(6, tmp_path / "resumed", ckpt_path=tmp_path / "first" / "last.ckpt")
+    assert mechanisms(resumed)["confident_gnmax"]["count"] == 6 * batch * 2
+    assert resumed.ledger.state_dict() == whole.ledger.state_dict()
+    for name, value in whole.state_dict().items():  # teachers, their Adam moments and step, the generator
+        assert torch.equal(resumed.state_dict()[name], value), name
+    assert not torch.equal(first.ensemble.params.fc_weight, whole.ensemble.params.fc_weight)

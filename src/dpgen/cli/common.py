@@ -7,12 +7,13 @@ from rich.console import Console
 from rich.table import Table
 
 from dpgen.callbacks.downstream import flatten
+from dpgen.callbacks.checkpoint_io import CheckpointError
 from dpgen.callbacks.privacy_budget import BudgetError
 from dpgen.data.errors import DataError
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 # Errors caused by input or configuration: printed as one clear message, without a traceback.
-USER_ERRORS = (DataError, BudgetError)
+USER_ERRORS = (DataError, BudgetError, CheckpointError)
 console = Console()
 
 

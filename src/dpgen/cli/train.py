@@ -9,12 +9,13 @@ from pathlib import Path
 
 import hydra
 import lightning.pytorch as pl
-import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from dpgen.callbacks.checkpoint_io import AtomicCheckpointIO, atomic_save
 from dpgen.callbacks.privacy_budget import PrivacyBudget
 from dpgen.callbacks.progress_log import ProgressLog
+from dpgen.callbacks.random_state import RandomState
 from dpgen.callbacks.sample_grid import SampleGrid
 from dpgen.cli.common import CONF_DIR, USER_ERRORS, console, print_summary
 
@@ -37,6 +38,7 @@ def build_callbacks(cfg: DictConfig, out: Path) -> list[pl.Callback]:
         SampleGrid(str(out), every_n_steps=cfg.samples.every_n_steps, per_class=cfg.samples.per_class,
                    seed=cfg.seed),
         ProgressLog(every_seconds=cfg.progress_log_every_seconds),
+        RandomState(),
     ]
     if cfg.method.private:
         p = cfg.privacy
@@ -56,7 +58,7 @@ def save_generator(model, dm, cfg: DictConfig, path: Path) -> None:
     release["generator"] = copy.deepcopy(release["generator"]).cpu()
     release.update(method=OmegaConf.to_container(cfg.method, resolve=True), data_name=dm.name,
                    class_names=list(dm.class_names), feature_names=getattr(dm, "feature_names", None))
-    torch.save(release, path)
+    atomic_save(release, path)
 
 
 def privacy_report(model, cfg: DictConfig) -> dict:
@@ -77,7 +79,8 @@ def run(cfg: DictConfig) -> dict:
     dm.setup("fit")  # bad data fails here, before any training
     model = build_method(cfg, dm)
     callbacks = build_callbacks(cfg, out)
-    trainer = pl.Trainer(**cfg.trainer, callbacks=callbacks, logger=build_logger(cfg), default_root_dir=str(out))
+    trainer = pl.Trainer(**cfg.trainer, callbacks=callbacks, logger=build_logger(cfg), default_root_dir=str(out),
+                         plugins=[AtomicCheckpointIO()])
     start = time.time()
     trainer.fit(model, datamodule=dm, ckpt_path=cfg.resume)
     wall = time.time() - start

@@ -30,6 +30,10 @@ class TeacherBatchSampler:
     b = min(batch_size, smallest partition). Within an epoch every teacher samples without replacement
     from its own partition; an epoch is floor(smallest partition / b) batches. All teachers are shuffled
     together (one argsort of a padded table), never in a Python loop over teachers.
+
+    The shuffle of epoch e is a function of (seed, e) alone. Each pass moves to the next epoch; Lightning also
+    calls `set_epoch` before every epoch, after `resume=` too, so a resumed run sees the batches an
+    uninterrupted run would have seen.
     """
 
     def __init__(self, partitions: list[torch.Tensor], batch_size: int, seed: int):
@@ -41,13 +45,18 @@ class TeacherBatchSampler:
         self.table = torch.zeros(len(partitions), width, dtype=torch.long)
         self.valid = torch.arange(width).expand(len(partitions), width) < sizes[:, None]
         self.table[self.valid] = torch.cat(list(partitions))
-        self.generator = torch.Generator().manual_seed(int(seed))
+        self.seed, self.epoch = int(seed), 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
 
     def __len__(self) -> int:
         return self.n_batches
 
     def __iter__(self):
-        keys = torch.rand(self.table.shape, generator=self.generator).masked_fill_(~self.valid, 2.0)
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        keys = torch.rand(self.table.shape, generator=generator).masked_fill_(~self.valid, 2.0)
         used = self.n_batches * self.batch  # <= smallest size, so padding (key 2.0, sorted last) is never used
         epoch = self.table.gather(1, keys.argsort(dim=1)[:, :used])
+        self.epoch += 1
         yield from epoch.split(self.batch, dim=1)
