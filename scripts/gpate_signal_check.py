@@ -30,7 +30,7 @@ from dpgen.data.mnist import MNISTDataModule
 from dpgen.data.partition import partition_indices
 from dpgen.evaluation.fidelity import domain_classifier_for
 from dpgen.nn.ensemble import TeacherEnsemble
-from dpgen.nn.generator import ConditionalImageGenerator, latent
+from dpgen.nn.generator import ConditionalImageGenerator, label_matched, latent
 from dpgen.privacy.rdp import DEFAULT_ORDERS, eps_from_rdp
 
 
@@ -62,6 +62,13 @@ def parse_args():
     p.add_argument("--smooth", type=int, default=0,
                    help="S > 0: low-frequency projection directions drawn on an S x S grid "
                         "(method.module.aggregator.smooth; not Algorithm 2's i.i.d. entries)")
+    p.add_argument("--records", type=int, default=0,
+                   help="N > 0: each teacher keeps only N records (4000 teachers of MNIST have 15 each)")
+    p.add_argument("--init", choices=["torch", "dcgan"], default="torch", help="generator initialisation")
+    p.add_argument("--align", choices=["torch", "tf"], default="torch", help="generator deconvolution alignment")
+    p.add_argument("--label-matched", action="store_true",
+                   help="teachers train on fakes drawn with their own real labels (method.module.label_matched_fakes)")
+    p.add_argument("--shared-init", action="store_true", help="all teachers start from the same weights")
     return p.parse_args()
 
 
@@ -85,12 +92,14 @@ def main():
     classifier, _ = domain_classifier_for("mnist", x, y, test.x, test.y, num_classes=10, progress=False)
     parts = partition_indices(len(x), a.teachers, a.seed)
     size = min(len(q) for q in parts)
+    size = min(size, a.records or size)
     parts = torch.stack([q[:size] for q in parts])
     b = min(a.batch, size)
     arch = {"hidden": a.hidden} | ({"channels": a.channels} if a.channels is not None else {})
     ensemble = TeacherEnsemble(a.teachers, (1, 28, 28), 10, joint_batch_norm=a.joint_batch_norm,
-                               moment_dtype=a.moment_dtype, pool=a.pool, seed=a.seed, **arch)
-    gen = ConditionalImageGenerator((1, 28, 28), 10, z_dim=a.z_dim)
+                               moment_dtype=a.moment_dtype, pool=a.pool, shared_init=a.shared_init,
+                               seed=a.seed, **arch)
+    gen = ConditionalImageGenerator((1, 28, 28), 10, z_dim=a.z_dim, init=a.init, align=a.align)
     opt = torch.optim.Adam(gen.parameters(), lr=a.g_lr, betas=(0.5, 0.999))
     agg = DPGradAggParams(clip=a.clip, bins=a.bins, proj_dim=a.proj or None, sigma1=a.sigma1, sigma2=a.sigma2,
                           threshold=a.threshold, smooth=a.smooth or None)
@@ -104,10 +113,18 @@ def main():
             idx = parts if b == size else parts[rows, torch.randint(size, (a.teachers, b))]
             real_x, real_y = x[idx], y[idx]
             fake_y = torch.randint(0, 10, (b,))
-            fake = gen(latent(b, a.z_dim), fake_y)
-            d_loss = ensemble.train_step(real_x, real_y, fake.detach(), fake_y)
+            z = latent(b, a.z_dim)
+            fake = gen(z, fake_y)
+            if a.label_matched:
+                d_loss = ensemble.train_step(real_x, real_y, label_matched(gen, z, real_y, 10), real_y)
+            else:
+                d_loss = ensemble.train_step(real_x, real_y, fake.detach(), fake_y)
         grads = -ensemble.input_grads(fake.detach(), fake_y, real_x, real_y)
-        stats = {}
+        # |u|: the teachers' gradients on k Gaussian N(0, 1/k) directions per sample (Algorithm 2's projection)
+        directions = torch.randn(b, grads.shape[2], max(a.proj, 1)) / max(a.proj, 1) ** 0.5
+        u = torch.einsum("tbd,bdk->tbk", grads, directions).abs().flatten()
+        q = torch.quantile(u[torch.randperm(len(u))[:100_000]], torch.tensor([0.1, 0.5, 0.9])).tolist()
+        stats = {"u_q10_50_90": [float(f"{v:.2g}") for v in q]}
         if a.agg == "mean":
             private = grads.mean(0)
         else:

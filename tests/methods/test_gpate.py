@@ -14,6 +14,7 @@ from dpgen.callbacks.random_state import RandomState
 from dpgen.data.base import DPGenDataModule, TensorData
 from dpgen.methods import gpate
 from dpgen.methods.gpate import CLASS_RATIO, GPATE
+from dpgen.nn.generator import label_matched
 from dpgen.privacy.laplace import rdp_laplace
 
 warnings.filterwarnings("ignore")
@@ -120,7 +121,8 @@ def test_class_ratio_and_public_class_probs_exclude_each_other():
         tiny(class_ratio_epsilon=0.01, class_probs=[0.5, 0.5])
 
 
-def test_generator_learns_only_through_dpgradagg(monkeypatch):
+@pytest.mark.parametrize("label_matched_fakes", [False, True])
+def test_generator_learns_only_through_dpgradagg(monkeypatch, label_matched_fakes):
     """DESIGN.md rule 1. Run A trains on one data set and records every DPGradAgg output; run B trains on
     another data set (all records shifted) with the same seeds, and its DPGradAgg outputs are replaced by
     A's. If the generator received anything else from the private data, B's generator would differ from A's;
@@ -135,7 +137,7 @@ def test_generator_learns_only_through_dpgradagg(monkeypatch):
     def run(shift, agg):
         monkeypatch.setattr(gpate, "dp_grad_agg", agg)
         torch.manual_seed(0)
-        model = tiny()
+        model = tiny(label_matched_fakes=label_matched_fakes)
         fit(model, 4, shift=shift)
         return {k: v.clone() for k, v in model.net_g.state_dict().items()}
 
@@ -146,6 +148,18 @@ def test_generator_learns_only_through_dpgradagg(monkeypatch):
     assert len(outputs) == 4
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert any(not torch.equal(a[k], control[k]) for k in a)
+
+
+def test_label_matched_fakes_are_the_generator_at_each_teachers_own_labels():
+    torch.manual_seed(0)
+    model = tiny(label_matched_fakes=True)
+    model.net_g.eval()  # per-sample outputs do not depend on the batch
+    z, labels = model.latent(3), torch.tensor([[0, 1, 1], [1, 0, 0]])
+    fakes = label_matched(model.net_g, z, labels, 2)
+    assert fakes.shape == (2, 3, FEATURES)
+    for t in range(2):
+        for j in range(3):
+            torch.testing.assert_close(fakes[t, j], model.net_g(z[j:j + 1], labels[t, j:j + 1])[0])
 
 
 def test_nothing_answered_leaves_the_generator_unchanged_and_still_charges_the_checks(monkeypatch):

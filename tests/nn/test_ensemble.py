@@ -47,6 +47,26 @@ def test_same_updates_and_input_grads_as_independent_modules(shape, classes, ste
             torch.testing.assert_close(grads[i], want.reshape(b, -1), rtol=0, atol=1e-12)
 
 
+def test_per_teacher_fake_batches_train_each_teacher_on_its_own():
+    """fake_x (T, b, ...), fake_y (T, b): teacher i steps exactly as a module trained against fake_x[i]."""
+    n, b, shape = 3, 4, (1, 28, 28)
+    ens = TeacherEnsemble(n, shape, 10, chunk_size=2, seed=1).to(torch.float64)
+    modules = [ens.teacher(i) for i in range(n)]
+    optims = [torch.optim.Adam(m.parameters(), lr=1e-3, betas=(0.5, 0.999)) for m in modules]
+    real_x, real_y, _, _ = batches(n, b, shape, 10, seed=0)
+    fake_x, fake_y = torch.rand(n, b, *shape, dtype=torch.float64), torch.randint(0, 10, (n, b))
+    losses = ens.train_step(real_x, real_y, fake_x, fake_y)
+    for i, (m, opt) in enumerate(zip(modules, optims)):
+        real, fake = m(real_x[i], real_y[i]), m(fake_x[i], fake_y[i])
+        loss = bce(real, torch.ones_like(real)) + bce(fake, torch.zeros_like(fake))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        assert losses[i].item() == pytest.approx(loss.item(), abs=1e-12)
+        torch.testing.assert_close(ens.params.out_weight[i], m.out.weight.detach(), rtol=0, atol=1e-10)
+        torch.testing.assert_close(ens.params.convs_0_weight[i], m.convs[0].weight.detach(), rtol=0, atol=1e-10)
+
+
 def test_input_grads_are_the_summed_loss_gradient_over_b():
     # d/dx_j mean_j' l_j' = (1/b) d/dx_j sum_j' l_j'  (b = 5), coupling through BatchNorm included
     ens = TeacherEnsemble(2, (1, 28, 28), 10).to(torch.float64)

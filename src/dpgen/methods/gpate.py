@@ -13,6 +13,7 @@ from dpgen.aggregation.dpgradagg import DPGradAggParams, dp_grad_agg, worst_case
 from dpgen.aggregation.noise import secret_generator
 from dpgen.methods.base import PrivateGenerator
 from dpgen.nn.ensemble import TeacherEnsemble
+from dpgen.nn.generator import label_matched
 from dpgen.privacy import laplace
 from dpgen.privacy.ledger import PrivacyLedger
 from dpgen.privacy.rdp import DEFAULT_ORDERS
@@ -34,19 +35,25 @@ class GPATE(PrivateGenerator):
     budget (the release is in the ledger). None: balanced labels, no release.
 
     `aggregator.smooth` and `teachers.pool` (dpgen options beyond the paper, on in the CPU-sized default) shape
-    image directions and image pooling; for tables they do not apply and are ignored, with a log line."""
+    image directions and image pooling; for tables they do not apply and are ignored, with a log line.
+
+    `label_matched_fakes` (the reference code's teacher step, where one label placeholder feeds both the
+    teacher's real batch and the generator): teacher t trains against fakes G(z_j, y_tj) drawn with its own
+    real labels y_t, taken from one pool G(z_j, c) for every j < b and class c (one BatchNorm batch of b x K;
+    teacher t still sees only its own partition). The gradient query stays on G(z, random labels). False:
+    every teacher trains against the query batch itself."""
 
     def __init__(self, shape, num_classes, kind, n_teachers: int, z_dim: int = 100, lr: float = 1e-3,
                  beta1: float = 0.5, aggregator: dict | None = None, teachers: dict | None = None,
                  generator: dict | None = None, class_probs=None, class_ratio_epsilon: float | None = None,
-                 seed: int = 0):
+                 label_matched_fakes: bool = False, seed: int = 0):
         if class_ratio_epsilon is not None and class_probs is not None:
             raise ValueError("give class_probs (public) or class_ratio_epsilon (released privately), not both")
         if class_ratio_epsilon is not None and not class_ratio_epsilon > 0:
             raise ValueError(f"class_ratio_epsilon must be > 0 or None, got {class_ratio_epsilon}")
         super().__init__(shape, num_classes, kind, z_dim=z_dim, generator=generator, class_probs=class_probs)
         self.lr, self.beta1, self.n_teachers = lr, beta1, int(n_teachers)
-        self.class_ratio_epsilon = class_ratio_epsilon
+        self.class_ratio_epsilon, self.label_matched_fakes = class_ratio_epsilon, bool(label_matched_fakes)
         self.agg = DPGradAggParams(**(aggregator or {}))
         teachers = dict(teachers or {})
         if len(self.shape) != 3 and (self.agg.smooth is not None or teachers.get("pool", 1) != 1):
@@ -111,8 +118,12 @@ class GPATE(PrivateGenerator):
         b = real_x.shape[1]
         self.fake_batch = b
         fake_y = self.random_labels(b)  # uniform, or the released noisy class ratio
-        fake = self.net_g(self.latent(b), fake_y)
-        d_loss = self.ensemble.train_step(real_x, real_y, fake.detach(), fake_y)
+        z = self.latent(b)
+        fake = self.net_g(z, fake_y)
+        if self.label_matched_fakes:
+            d_loss = self.ensemble.train_step(real_x, real_y, label_matched(self.net_g, z, real_y, self.num_classes), real_y)
+        else:
+            d_loss = self.ensemble.train_step(real_x, real_y, fake.detach(), fake_y)
         # Delta x = dL_D/dx (equation 1): minus the gradient of the generator loss BCE(D(x), 1), i.e. the
         # direction that makes the fake look more real to each teacher (the reference negates it too).
         grads = -self.ensemble.input_grads(fake.detach(), fake_y, real_x, real_y)  # (teachers, b, dim)

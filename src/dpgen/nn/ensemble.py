@@ -31,12 +31,15 @@ class TeacherEnsemble(nn.Module):
     `moment_dtype=torch.bfloat16` (or "bfloat16") stores both Adam moments in bfloat16 (the update itself runs
     in the parameter dtype on widened copies, rounded back to nearest): 8 instead of 12 bytes per parameter,
     which is what lets 4000 MNIST teachers fit in 24 GB.
+
+    `shared_init=True`: every teacher starts from the same (data-independent) random weights, as the reference
+    code, which restores one saved initial discriminator into every teacher; False: one draw per teacher.
     """
 
     def __init__(self, n_teachers: int, in_shape: Sequence[int], num_classes: int, *, chunk_size: int = 50,
                  lr: float = 1e-3, betas: tuple[float, float] = (0.5, 0.999), eps: float = 1e-8,
-                 moment_dtype: torch.dtype | str = torch.float32, joint_batch_norm: bool = False, seed: int = 0,
-                 **arch):
+                 moment_dtype: torch.dtype | str = torch.float32, joint_batch_norm: bool = False,
+                 shared_init: bool = False, seed: int = 0, **arch):
         super().__init__()
         moment_dtype = getattr(torch, moment_dtype) if isinstance(moment_dtype, str) else moment_dtype  # Hydra
         self.n_teachers, self.in_shape, self.num_classes = n_teachers, tuple(in_shape), num_classes
@@ -53,7 +56,9 @@ class TeacherEnsemble(nn.Module):
         generator = torch.Generator().manual_seed(seed)
         for name, shape in self.shapes.items():
             self.params.register_buffer(key(name), torch.empty(n_teachers, *shape))
-            init_parameter(name, getattr(self.params, key(name)), generator)
+            stack = getattr(self.params, key(name))
+            init_parameter(name, stack[:1] if shared_init else stack, generator)
+            stack[1:] = stack[:1] if shared_init else stack[1:]
             self.exp_avg.register_buffer(key(name), torch.zeros(n_teachers, *shape, dtype=moment_dtype))
             self.exp_avg_sq.register_buffer(key(name), torch.zeros(n_teachers, *shape, dtype=moment_dtype))
         self.register_buffer("step", torch.zeros((), dtype=torch.int64))
@@ -127,12 +132,13 @@ class TeacherEnsemble(nn.Module):
         """One Adam step of every teacher t on BCE(D_t(real_x[t]), 1) + BCE(D_t(fake_x), 0) (batch means).
 
         real_x (T, b, *in_shape), real_y (T, b) int64: each teacher's own real batch; fake_x (b, *in_shape),
-        fake_y (b,): one fake batch shared by all teachers. Real and fake batches are normalised with their
-        own BatchNorm statistics (two forward calls in the reference), or together (`joint_batch_norm`).
-        Returns each teacher's loss (T,) BEFORE the step.
+        fake_y (b,): one fake batch shared by all teachers, or (T, b, *in_shape), (T, b): one per teacher.
+        Real and fake batches are normalised with their own BatchNorm statistics (two forward calls in the
+        reference), or together (`joint_batch_norm`). Returns each teacher's loss (T,) BEFORE the step.
         """
         self.step += 1
-        b = len(fake_x)
+        shared = fake_x.dim() == len(self.in_shape) + 1
+        b = fake_x.shape[0] if shared else fake_x.shape[1]
         fake_x = fake_x.detach().to(self.dtype)
         losses = torch.empty(self.n_teachers, dtype=self.dtype, device=self.device)
         target = torch.cat([torch.ones(b), torch.zeros(b)]).to(self.dtype).to(self.device)
@@ -140,8 +146,8 @@ class TeacherEnsemble(nn.Module):
         for s, e in self.chunks():
             n = e - s
             theta = {name: p.detach().requires_grad_() for name, p in self.stacked(self.params, s, e).items()}
-            x = torch.cat([real_x[s:e].to(self.dtype), fake_x.expand(n, *fake_x.shape)], 1)
-            y = torch.cat([real_y[s:e], fake_y.expand(n, b)], 1)
+            x = torch.cat([real_x[s:e].to(self.dtype), fake_x.expand(n, *fake_x.shape) if shared else fake_x[s:e]], 1)
+            y = torch.cat([real_y[s:e], fake_y.expand(n, b) if shared else fake_y[s:e]], 1)
             logit = self.logits(theta, x, y, groups=1 if self.joint_batch_norm else 2)
             loss = F.binary_cross_entropy_with_logits(logit, target.expand_as(logit), reduction="none")
             loss = loss.view(n, 2, b).mean(2).sum(1)

@@ -18,11 +18,23 @@ def concat_label_maps(h: torch.Tensor, y1h: torch.Tensor) -> torch.Tensor:
 class ConditionalImageGenerator(nn.Module):
     """G-PATE appendix E generator: [z, y] -> FC 1024 -> FC to a small feature map -> 5x5 stride-2
     deconvolutions up to the image, BatchNorm + ReLU, the one-hot label concatenated at every layer,
-    sigmoid output in [0, 1]. 28x28 and 32x32 use two deconvolutions, 64x64 three."""
+    sigmoid output in [0, 1]. 28x28 and 32x32 use two deconvolutions, 64x64 three.
+
+    `init="dcgan"`: the reference G-PATE code's initialisation (its DCGAN ops: linear and deconvolution weights
+    N(0, 0.02^2), biases 0; BatchNorm scale 1, shift 0), so the first samples are flat grey instead of
+    PyTorch's default-init contrast. `init="torch"`: PyTorch's defaults.
+
+    `align="tf"`: each 5x5 stride-2 deconvolution places its output as TensorFlow's `conv2d_transpose` with
+    padding SAME (the reference code's): the adjoint of a convolution padded 1 before and 2 after, i.e. a
+    transposed convolution with padding 1 cropped to 2n. `align="torch"`: padding 2 with output_padding 1, the
+    same taps shifted by one pixel (output pixel y here is pixel y + 1 there)."""
 
     def __init__(self, shape: tuple[int, int, int], num_classes: int, z_dim: int = 100,
-                 fc_dim: int = 1024, start_channels: int = 128, deconv_channels: tuple[int, ...] | None = None):
+                 fc_dim: int = 1024, start_channels: int = 128, deconv_channels: tuple[int, ...] | None = None,
+                 init: str = "torch", align: str = "torch"):
         super().__init__()
+        if align not in ("torch", "tf"):
+            raise ValueError(f"unknown deconvolution alignment {align!r} (torch or tf)")
         channels, height, width = shape
         if height != width:
             raise ValueError(f"square images only, got {height}x{width}")
@@ -37,13 +49,18 @@ class ConditionalImageGenerator(nn.Module):
         self.fc1 = nn.Sequential(nn.Linear(z_dim + c, fc_dim), nn.BatchNorm1d(fc_dim), nn.ReLU())
         n_start = start_channels * self.start**2
         self.fc2 = nn.Sequential(nn.Linear(fc_dim + c, n_start), nn.BatchNorm1d(n_start), nn.ReLU())
-        ups, in_ch = [], start_channels
+        ups, in_ch, size = [], start_channels, self.start
         for out_ch in deconv_channels:
-            deconv = nn.ConvTranspose2d(in_ch + c, out_ch, 5, stride=2, padding=2, output_padding=1)
-            ups.append(nn.Sequential(deconv, nn.BatchNorm2d(out_ch), nn.ReLU()))
+            size *= 2
+            ups.append(nn.Sequential(*deconv(in_ch + c, out_ch, size, align), nn.BatchNorm2d(out_ch), nn.ReLU()))
             in_ch = out_ch
-        ups.append(nn.ConvTranspose2d(in_ch + c, channels, 5, stride=2, padding=2, output_padding=1))
+        last = deconv(in_ch + c, channels, size * 2, align)
+        ups.append(last[0] if len(last) == 1 else nn.Sequential(*last))
         self.ups = nn.ModuleList(ups)
+        if init == "dcgan":
+            dcgan_init(self)
+        elif init != "torch":
+            raise ValueError(f"unknown generator init {init!r} (dcgan or torch)")
 
     def forward(self, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         y1h = one_hot(y, self.num_classes, z.dtype)
@@ -52,6 +69,36 @@ class ConditionalImageGenerator(nn.Module):
         for up in self.ups:
             h = up(concat_label_maps(h, y1h))
         return torch.sigmoid(h)
+
+
+class Crop(nn.Module):
+    """Keeps the top-left size x size pixels."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.size = size
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[..., :self.size, :self.size]
+
+
+def deconv(in_ch: int, out_ch: int, size: int, align: str) -> list[nn.Module]:
+    """A 5x5 stride-2 transposed convolution to size x size, aligned as PyTorch ("torch") or TF SAME ("tf")."""
+    if align == "tf":
+        return [nn.ConvTranspose2d(in_ch, out_ch, 5, stride=2, padding=1), Crop(size)]
+    return [nn.ConvTranspose2d(in_ch, out_ch, 5, stride=2, padding=2, output_padding=1)]
+
+
+def dcgan_init(net: nn.Module, std: float = 0.02) -> None:
+    """Weights of linear and (transposed) convolution layers N(0, std^2), biases 0; BatchNorm scale 1, shift 0."""
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, (nn.Linear, nn.ConvTranspose2d, nn.Conv2d)):
+                m.weight.normal_(0.0, std)
+                if m.bias is not None:
+                    m.bias.zero_()
+            elif isinstance(m, nn.modules.batchnorm._BatchNorm):
+                m.reset_parameters()
 
 
 class ConditionalMLP(nn.Module):
@@ -97,6 +144,17 @@ def latent(n: int, z_dim: int, dist: str = "uniform", device=None) -> torch.Tens
     if dist == "normal":
         return torch.randn(n, z_dim, device=device)
     raise ValueError(f"unknown latent distribution {dist!r} (uniform or normal)")
+
+
+@torch.no_grad()
+def label_matched(net: nn.Module, z: torch.Tensor, labels: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """(T, b, *shape) from labels (T, b): entry (t, j) is net(z_j, labels[t, j]), gathered from ONE forward pass
+    of the pool net(z_j, c) for every j < b and class c (its BatchNorm batch is the b x K pool)."""
+    b = len(z)
+    classes = torch.arange(num_classes, device=z.device)
+    pool = net(z.repeat_interleave(num_classes, 0), classes.repeat(b))
+    pool = pool.view(b, num_classes, *pool.shape[1:])
+    return pool[torch.arange(b, device=z.device), labels]
 
 
 @torch.no_grad()
