@@ -64,3 +64,24 @@ def test_tf_aligned_generator_draws_the_image_size():
     assert g64(torch.rand(2, 50), torch.tensor([0, 1])).shape == (2, 3, 64, 64)
     with pytest.raises(ValueError, match="alignment"):
         ConditionalImageGenerator((1, 28, 28), 10, align="same")
+
+
+def test_generate_with_batch_statistics_samples_per_batch_and_leaves_the_net_unchanged():
+    from dpgen.nn.generator import generate, latent
+    torch.manual_seed(0)
+    g = ConditionalImageGenerator((1, 28, 28), 10, z_dim=8, init="dcgan")
+    g(torch.rand(32, 8), torch.arange(32) % 10)  # running statistics that differ from a fresh net's
+    g.eval()
+    before = {k: v.clone() for k, v in g.state_dict().items()}
+    labels = torch.arange(12) % 10
+    torch.manual_seed(1)
+    x = generate(g, labels, 8, batch_norm_batch=4)
+    assert not g.training and all(torch.equal(v, g.state_dict()[k]) for k, v in before.items())
+    torch.manual_seed(1)
+    g.train()
+    with torch.no_grad():  # by hand: three training-mode forward passes of 4 samples
+        want = torch.cat([g(latent(4, 8), y) for y in labels.split(4)])
+    torch.testing.assert_close(x, want)
+    g.load_state_dict(before)
+    torch.manual_seed(1)
+    assert not torch.allclose(generate(g, labels, 8), x, atol=1e-3)  # running statistics: other samples

@@ -31,7 +31,9 @@ def sample(release: dict, n: int, seed: int, batch_size: int) -> tuple[torch.Ten
     probs = release["class_probs"]
     labels = (torch.arange(n) % release["num_classes"] if probs is None
               else torch.multinomial(torch.tensor(probs), n, replacement=True))
-    return generate(release["generator"], labels, release["z_dim"], release["latent_dist"], batch_size), labels
+    x = generate(release["generator"], labels, release["z_dim"], release["latent_dist"], batch_size,
+                 release.get("sample_batch_norm"))
+    return x, labels
 
 
 def write(x: torch.Tensor, y: torch.Tensor, release: dict, fmt: str, out: Path) -> Path:
@@ -66,6 +68,11 @@ def run(cfg: DictConfig) -> Path:
         raise ValueError(f"n must be >= 1, got {cfg.n}")
     run_dir = Path(cfg.run)
     release = load_release(run_dir)
+    if cfg.get("sample_batch_norm") is not None:
+        b = int(cfg.sample_batch_norm)
+        if b == 1 or b < 0:
+            raise ValueError(f"sample_batch_norm must be 0 (running statistics) or a batch size >= 2, got {b}")
+        release["sample_batch_norm"] = b or None
     x, y = sample(release, int(cfg.n), int(cfg.seed), int(cfg.batch_size))
     out = Path(cfg.out) if cfg.out else run_dir / "synthetic"
     path = write(x, y, release, cfg.format, out)

@@ -16,6 +16,7 @@ from dpgen.callbacks.checkpoint_io import AtomicCheckpointIO, atomic_save
 from dpgen.callbacks.privacy_budget import PrivacyBudget
 from dpgen.callbacks.progress_log import ProgressLog
 from dpgen.callbacks.random_state import RandomState
+from dpgen.callbacks.run_clock import RunClock, peak_rss_gb
 from dpgen.callbacks.sample_grid import SampleGrid
 from dpgen.cli.common import CONF_DIR, USER_ERRORS, console, print_summary
 
@@ -39,6 +40,7 @@ def build_callbacks(cfg: DictConfig, out: Path) -> list[pl.Callback]:
                    seed=cfg.seed),
         ProgressLog(every_seconds=cfg.progress_log_every_seconds),
         RandomState(),
+        RunClock(),
     ]
     if cfg.method.private:
         p = cfg.privacy
@@ -89,7 +91,7 @@ def run(cfg: DictConfig) -> dict:
     discarded = ((model.ledger.stop or {}).get("discarded_steps", 0)) if getattr(model, "ledger", None) else 0
     results = {
         "method": cfg.method.name, "data": cfg.data.name, "steps": trainer.global_step - discarded,
-        "steps_run": trainer.global_step, "wall_time_s": round(wall, 1),
+        "steps_run": trainer.global_step, "wall_time_s": round(wall, 1), "peak_rss_gb": round(peak_rss_gb(), 2),
         "losses": {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("loss")},
         "privacy": privacy_report(model, cfg),
     }

@@ -29,6 +29,7 @@ class PrivateGenerator(pl.LightningModule):
         self.class_probs = None if class_probs is None else torch.as_tensor(class_probs, dtype=torch.float)
         self.ledger = None
         self.latent_dist = "uniform"  # U(-1, 1) as the reference DCGAN code; subclasses may choose "normal"
+        self.sample_batch_norm = None  # b: sample with BatchNorm statistics of batches of b (nn/generator.py)
         self.net_g = self.build_generator(**(generator or {}))
 
     def build_generator(self, **arch) -> nn.Module:
@@ -67,13 +68,16 @@ class PrivateGenerator(pl.LightningModule):
             return -1
 
     def sample(self, n: int, labels: torch.Tensor | None = None, batch_size: int = 1000):
-        """`(x, y)` on the CPU: n synthetic records of the released generator (eval mode)."""
+        """`(x, y)` on the CPU: n synthetic records of the released generator (eval mode, or BatchNorm on batches
+        of `sample_batch_norm` samples when that is set)."""
         labels = self.sample_labels(n) if labels is None else labels.to(self.device)
-        return generate(self.generator, labels, self.z_dim, self.latent_dist, batch_size), labels.cpu()
+        x = generate(self.generator, labels, self.z_dim, self.latent_dist, batch_size, self.sample_batch_norm)
+        return x, labels.cpu()
 
     def release(self) -> dict:
         """What `generate.py` needs to sample without this class: the generator module itself (on the CPU)
         and how to feed it."""
         return {"generator": self.generator, "z_dim": self.z_dim, "latent_dist": self.latent_dist,
+                "sample_batch_norm": self.sample_batch_norm,
                 "class_probs": None if self.class_probs is None else self.class_probs.tolist(),
                 "shape": list(self.shape), "num_classes": self.num_classes, "kind": self.kind}

@@ -41,12 +41,15 @@ class GPATE(PrivateGenerator):
     teacher's real batch and the generator): teacher t trains against fakes G(z_j, y_tj) drawn with its own
     real labels y_t, taken from one pool G(z_j, c) for every j < b and class c (one BatchNorm batch of b x K;
     teacher t still sees only its own partition). The gradient query stays on G(z, random labels). False:
-    every teacher trains against the query batch itself."""
+    every teacher trains against the query batch itself.
+
+    `sample_batch_norm = b`: `sample()` and generate.py use the generator's BatchNorm on the statistics of
+    batches of b samples, as the reference code generates its released data; None: running statistics."""
 
     def __init__(self, shape, num_classes, kind, n_teachers: int, z_dim: int = 100, lr: float = 1e-3,
                  beta1: float = 0.5, aggregator: dict | None = None, teachers: dict | None = None,
                  generator: dict | None = None, class_probs=None, class_ratio_epsilon: float | None = None,
-                 label_matched_fakes: bool = False, seed: int = 0):
+                 label_matched_fakes: bool = False, sample_batch_norm: int | None = None, seed: int = 0):
         if class_ratio_epsilon is not None and class_probs is not None:
             raise ValueError("give class_probs (public) or class_ratio_epsilon (released privately), not both")
         if class_ratio_epsilon is not None and not class_ratio_epsilon > 0:
@@ -54,6 +57,9 @@ class GPATE(PrivateGenerator):
         super().__init__(shape, num_classes, kind, z_dim=z_dim, generator=generator, class_probs=class_probs)
         self.lr, self.beta1, self.n_teachers = lr, beta1, int(n_teachers)
         self.class_ratio_epsilon, self.label_matched_fakes = class_ratio_epsilon, bool(label_matched_fakes)
+        if sample_batch_norm is not None and not int(sample_batch_norm) >= 2:
+            raise ValueError(f"sample_batch_norm must be a batch size >= 2 or None, got {sample_batch_norm}")
+        self.sample_batch_norm = None if sample_batch_norm is None else int(sample_batch_norm)
         self.agg = DPGradAggParams(**(aggregator or {}))
         teachers = dict(teachers or {})
         if len(self.shape) != 3 and (self.agg.smooth is not None or teachers.get("pool", 1) != 1):

@@ -1,6 +1,8 @@
 """Conditional generators: the DCGAN-style image generator of G-PATE and an MLP generator for tables."""
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import nn
 
@@ -159,12 +161,16 @@ def label_matched(net: nn.Module, z: torch.Tensor, labels: torch.Tensor, num_cla
 
 @torch.no_grad()
 def generate(net: nn.Module, labels: torch.Tensor, z_dim: int, dist: str = "uniform",
-             batch_size: int = 1000) -> torch.Tensor:
-    """Records of a conditional generator for the given labels, in eval mode, on the CPU."""
+             batch_size: int = 1000, batch_norm_batch: int | None = None) -> torch.Tensor:
+    """Records of a conditional generator for the given labels, on the CPU. BatchNorm uses the running statistics
+    (eval mode), or with `batch_norm_batch = b` the statistics of each batch of b samples (training mode, as the
+    reference G-PATE code samples; `net` itself, running statistics included, is left unchanged)."""
     was_training = net.training
-    net.eval()
+    if batch_norm_batch is None:
+        net.eval()
+    else:
+        net, batch_size = copy.deepcopy(net).train(), int(batch_norm_batch)
     device = next(net.parameters()).device
     xs = [net(latent(len(y), z_dim, dist, device), y.to(device)).cpu() for y in labels.split(batch_size)]
     net.train(was_training)
     return torch.cat(xs) if xs else torch.empty(0)
-
