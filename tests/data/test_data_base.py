@@ -92,7 +92,7 @@ def test_test_loader_is_plain_and_ordered():
 
 
 def test_no_validation_loader_over_the_real_test_set():
-    # DESIGN.md rule 5: nothing selects models on the real test set, so there is no validation loader.
+    # Nothing selects models on the real test set, so there is no validation loader.
     dm = Numbered(n=20, batch_size=4)
     dm.setup()
     with pytest.raises(Exception, match="val_dataloader"):

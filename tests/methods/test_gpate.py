@@ -1,4 +1,5 @@
-"""G-PATE (dpgen.methods.gpate) on a tiny table: accounting per step, the Laplace class ratio, DESIGN.md rule 1."""
+"""G-PATE (dpgen.methods.gpate) on a tiny table: accounting per step, the Laplace class ratio, and the rule that the generator learns
+from private data only through DPGradAgg."""
 import json
 import warnings
 
@@ -123,7 +124,7 @@ def test_class_ratio_and_public_class_probs_exclude_each_other():
 
 @pytest.mark.parametrize("label_matched_fakes", [False, True])
 def test_generator_learns_only_through_dpgradagg(monkeypatch, label_matched_fakes):
-    """DESIGN.md rule 1. Run A trains on one data set and records every DPGradAgg output; run B trains on
+    """The generator sees private data only through DPGradAgg. Run A trains on one data set and records every DPGradAgg output; run B trains on
     another data set (all records shifted) with the same seeds, and its DPGradAgg outputs are replaced by
     A's. If the generator received anything else from the private data, B's generator would differ from A's;
     it is bit-identical. Control: without the replay, B's generator differs."""

@@ -10,7 +10,7 @@ def test_mnist_teacher_has_the_reference_parameter_count():
     # conv1: (1 + 10) -> 11 channels, 5x5: 11*11*25 + 11 = 3,036
     # conv2: (11 + 10) -> 42: 21*42*25 + 42 = 22,092; its BatchNorm: 2*42 = 84
     # fc: 42*7*7 + 10 = 2,068 -> 256: 2068*256 + 256 = 529,664; its BatchNorm: 2*256 = 512
-    # out: 256 + 10 -> 1: 267.  Total 3036 + 22092 + 84 + 529664 + 512 + 267 = 555,655 (DESIGN.md)
+    # out: 256 + 10 -> 1: 267.  Total 3036 + 22092 + 84 + 529664 + 512 + 267 = 555,655
     d = ConditionalDiscriminator((1, 28, 28), 10)
     assert d.channels == (11, 42)
     assert sum(p.numel() for p in d.parameters()) == 555_655

@@ -1,4 +1,4 @@
-"""privacy/ imports nothing of the project and neither torch nor lightning (DESIGN.md, layers)."""
+"""privacy/ imports nothing of the project and neither torch nor lightning (the bottom layer of the package)."""
 
 import ast
 from pathlib import Path

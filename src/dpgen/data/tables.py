@@ -1,7 +1,7 @@
 """Tables: any CSV with a label column (`csv`) and the Kaggle credit-card fraud data (`kaggle_credit`).
 
-Scaling of features (DESIGN.md rule 4: parameters computed from private data are public by configuration
-or paid for):
+Scaling of features (a parameter computed from private data is either public configuration or paid for with
+privacy budget):
 - `public` (default): per-feature ranges [low, high] given in the config; values are clipped to the range
   and mapped linearly to [0, 1]. Nothing is computed from the data.
 - `fit`: min/max of the training split, mapped to [0, 1] (test values clipped). Not private: allowed only
@@ -121,7 +121,7 @@ class CSVDataModule(DPGenDataModule):
     def file_classes(self) -> list[str]:
         if not self.allow_data_dependent_preprocessing:
             raise DataConfigError(f"{self.name}: set data.classes (the label values, in class order); reading them "
-                                  f"from the data is allowed only for non-private methods (DESIGN.md rule 4)")
+                                  f"from the data is allowed only for non-private methods (the label set of private data is itself private)")
         path = self.csv_file(self.path)
         if self.label not in pd.read_csv(path, nrows=0).columns:
             raise DataFormatError(f"{path}: label column {self.label!r} not found")
@@ -140,7 +140,7 @@ class CSVDataModule(DPGenDataModule):
             raise DataConfigError(f"{self.name}: scaling must be one of {SCALINGS}, got {self.scaling!r}")
         if self.scaling == "fit" and not self.allow_data_dependent_preprocessing:
             raise DataConfigError(
-                f"{self.name}: scaling=fit computes min/max from the private training data (DESIGN.md rule 4) and "
+                f"{self.name}: scaling=fit computes min/max from the private training data, which no privacy mechanism pays for, and "
                 f"is allowed only for non-private methods; give public per-feature ranges instead "
                 f"(data.default_range=[low,high] and/or data.ranges={{column: [low,high]}})")
         if self.scaling != "public":

@@ -45,7 +45,7 @@ def image_accuracy(
     """Accuracy on the real test set of the appendix E CNN trained on (synth_x, synth_y).
 
     The epoch is chosen by early stopping on a random `val_fraction` of the SYNTHETIC set
-    (DESIGN rule 5: never on the real test set). Returns {"accuracy", "best_epoch",
+    (never on the real test set). Returns {"accuracy", "best_epoch",
     "val_accuracy", "epochs_run", "n_train", "n_val"}.
     """
     synth_x, synth_y = torch.as_tensor(synth_x, dtype=torch.float32), torch.as_tensor(synth_y, dtype=torch.long)
