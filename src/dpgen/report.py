@@ -7,6 +7,6 @@ from dpgen.cli.report import main
 if __name__ == "__main__":
     try:
         main()
-    except FileNotFoundError as err:
+    except (FileNotFoundError, ValueError) as err:
         console.print(f"[bold red]error:[/] {err}")
         sys.exit(2)

@@ -51,3 +51,31 @@ def test_missing_folder_and_no_runs_are_clear_errors(tmp_path):
         main([str(tmp_path / "nothing")])
     with pytest.raises(FileNotFoundError, match="no finished runs"):
         main([str(tmp_path)])
+
+
+def test_kept_run_regenerates_its_row_into_the_results_block(tmp_path):
+    run = fake_run(tmp_path / "outputs", "gpate", "mnist", 1.0,
+                   {**private(1.0, 0.42, 0.98), "peak_rss_gb": 18.7, "machine": "CPU: test, 2 threads"})
+    (run / ".hydra" / "overrides.yaml").write_text("- experiment=gpate_mnist_eps1\n- seed=3\n")
+    (run / "privacy.json").write_text("{}")
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"big")
+    kept = main(["--keep", str(run), str(tmp_path / "docs" / "results" / "gpate_mnist_eps1")])
+    assert sorted(p.relative_to(kept).as_posix() for p in kept.rglob("*") if p.is_file()) == [
+        "config.yaml", "metrics.json", "overrides.yaml", "privacy.json", "samples/final.png"]
+    results_md = tmp_path / "docs" / "RESULTS.md"
+    results_md.write_text("# Results\n\n<!-- report -->\nold table\n<!-- /report -->\n\nfindings stay\n")
+    main([str(tmp_path / "docs" / "results"), "--out", str(tmp_path / "docs")])
+    text = results_md.read_text()
+    assert "old table" not in text and text.endswith("<!-- /report -->\n\nfindings stay\n")
+    row = next(line for line in text.splitlines() if line.startswith("| gpate"))
+    assert "| 0.42 |" in row and "| 18.7 |" in row and "CPU: test, 2 threads" in row
+    assert "`python train.py experiment=gpate_mnist_eps1 seed=3`" in row
+    assert not (tmp_path / "docs" / "report.md").exists()
+
+
+def test_results_file_without_a_block_is_a_clear_error(tmp_path):
+    fake_run(tmp_path / "runs", "gan", "mnist", "inf", {"privacy": {"private": False}})
+    (tmp_path / "RESULTS.md").write_text("# Results\n")
+    with pytest.raises(ValueError, match="<!-- report -->"):
+        main([str(tmp_path / "runs"), "--out", str(tmp_path)])

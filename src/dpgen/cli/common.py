@@ -1,6 +1,9 @@
 """What the entry points share: where the configs are, which errors are the user's, the end-of-run summary."""
 from __future__ import annotations
 
+import os
+import shlex
+import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -15,6 +18,27 @@ CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 # Errors caused by input or configuration: printed as one clear message, without a traceback.
 USER_ERRORS = (DataError, BudgetError, CheckpointError)
 console = Console()
+
+
+def machine(accelerator: str = "cpu") -> str:
+    """What a run ran on, for its results: the GPU's name, or the CPU's model and the threads torch used."""
+    import torch
+
+    if accelerator in ("gpu", "cuda") and torch.cuda.is_available():
+        return f"GPU: {torch.cuda.get_device_name()}"
+    model = "unknown CPU"
+    if os.path.exists("/proc/cpuinfo"):
+        model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+                     model)
+    return f"CPU: {model}, {torch.get_num_threads()} threads"
+
+
+def command_line(script: str) -> str:
+    """The command that started this run: `python <script>` and its Hydra overrides."""
+    from hydra.core.hydra_config import HydraConfig
+
+    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else sys.argv[1:]
+    return " ".join(["python", script, *map(shlex.quote, overrides)])
 
 
 def metric_rows(results: dict) -> list[tuple[str, str]]:

@@ -18,7 +18,7 @@ from dpgen.callbacks.progress_log import ProgressLog
 from dpgen.callbacks.random_state import RandomState
 from dpgen.callbacks.run_clock import RunClock, peak_rss_gb
 from dpgen.callbacks.sample_grid import SampleGrid
-from dpgen.cli.common import CONF_DIR, USER_ERRORS, console, print_summary
+from dpgen.cli.common import CONF_DIR, USER_ERRORS, command_line, console, machine, print_summary
 
 
 def build_datamodule(cfg: DictConfig):
@@ -90,7 +90,8 @@ def run(cfg: DictConfig) -> dict:
     # a step rolled back by PrivacyBudget ran (global_step counts it) but is not in the released generator
     discarded = ((model.ledger.stop or {}).get("discarded_steps", 0)) if getattr(model, "ledger", None) else 0
     results = {
-        "method": cfg.method.name, "data": cfg.data.name, "steps": trainer.global_step - discarded,
+        "method": cfg.method.name, "data": cfg.data.name, "command": command_line("train.py"),
+        "machine": machine(cfg.trainer.get("accelerator", "cpu")), "steps": trainer.global_step - discarded,
         "steps_run": trainer.global_step, "wall_time_s": round(wall, 1), "peak_rss_gb": round(peak_rss_gb(), 2),
         "losses": {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("loss")},
         "privacy": privacy_report(model, cfg),
