@@ -14,7 +14,7 @@ from dpgen.callbacks.checkpoint_io import CheckpointError
 from dpgen.callbacks.privacy_budget import BudgetError
 from dpgen.data.errors import DataError
 
-CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # package data; the repository's conf/ links here
 # Errors caused by input or configuration: printed as one clear message, without a traceback.
 USER_ERRORS = (DataError, BudgetError, CheckpointError)
 console = Console()

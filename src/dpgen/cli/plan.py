@@ -241,9 +241,14 @@ def main(argv: list[str] | None = None) -> dict:
     return result
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """Entry point: a user's mistake is one error line and exit status 2."""
     try:
         main()
     except (ValueError, *USER_ERRORS) as err:
         console.print(f"[bold red]error:[/] {err}")
         sys.exit(2)
+
+
+if __name__ == "__main__":
+    cli()

@@ -21,6 +21,7 @@ import argparse
 import json
 import math
 import shutil
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -205,3 +206,12 @@ def main(argv: list[str] | None = None) -> Path:
     written += ["utility_vs_epsilon.png"] + (["samples.png"] if plot_samples(rows, out / "samples.png") else [])
     console.print(f"{len(rows)} runs -> {out}: {', '.join(written)}")
     return out
+
+
+def cli() -> None:
+    """Entry point: a missing folder or a RESULTS.md without its block is one error line and exit status 2."""
+    try:
+        main()
+    except (FileNotFoundError, ValueError) as err:
+        console.print(f"[bold red]error:[/] {err}")
+        sys.exit(2)

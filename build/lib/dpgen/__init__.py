@@ -1,0 +1,1 @@
+"""dpgen: differentially private data generators (G-PATE and baselines) as one Lightning + Hydra application."""

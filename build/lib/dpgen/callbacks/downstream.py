@@ -1,0 +1,133 @@
+"""`DownstreamUtility`: train-on-synthetic / test-on-real utility every N steps and at the end of training.
+
+The evaluation itself lives in `dpgen.evaluation.downstream`; `EvaluationCallback` (shared with
+`ImageQuality`) only decides when to run, samples the generator and logs the scalars.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import lightning.pytorch as pl
+import torch
+
+from dpgen.evaluation.downstream import image_accuracy, tabular_evaluation, tabular_scores
+
+log = logging.getLogger(__name__)
+
+
+def flatten(results: dict, prefix: str) -> dict[str, float]:
+    """{"a": {"b": 1.0}, "c": 2} -> {"<prefix>/a/b": 1.0, "<prefix>/c": 2.0}; non-numbers are dropped."""
+    out = {}
+    for key, value in results.items():
+        name = f"{prefix}/{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, name))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = float(value)
+    return out
+
+
+class EvaluationCallback(pl.Callback):
+    """Base of the evaluation callbacks: a subclass defines `evaluate(trainer, pl_module) -> dict`.
+
+    Runs `evaluate` when `trainer.global_step` enters a new multiple of
+    `every_n_steps` (0: never during training) and at the end of training (`at_end`).
+
+    The last results are kept in `self.results` (with the step) and their numbers are sent to
+    every logger as `<name>/<key>` (and, to a logger with tables such as W&B's, as one table `<name>/table`).
+    Sampling runs under a forked, seeded RNG so evaluations neither change the training trajectory nor differ
+    between runs.
+    """
+
+    name = "eval"
+
+    def __init__(self, every_n_steps: int = 0, n_samples: int = 10000, at_end: bool = True, seed: int = 0):
+        self.every_n_steps, self.n_samples, self.at_end, self.seed = every_n_steps, n_samples, at_end, seed
+        self.results: dict = {}
+        self._last_period = 0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if self.every_n_steps <= 0:
+            return
+        period = trainer.global_step // self.every_n_steps
+        if period > self._last_period:
+            self._last_period = period
+            self.run(trainer, pl_module)
+
+    def on_train_end(self, trainer, pl_module):
+        if self.at_end:
+            self.run(trainer, pl_module)
+
+    def run(self, trainer, pl_module) -> dict:
+        if not trainer.is_global_zero:
+            return self.results
+        log.info("%s: evaluating the generator of step %d", self.name, trainer.global_step)
+        start = time.perf_counter()
+        results = self.evaluate(trainer, pl_module)
+        log.info("%s: done in %.0f s: %s", self.name, time.perf_counter() - start, flatten(results, self.name))
+        if results:
+            self.results = {**results, "step": trainer.global_step}
+            metrics = flatten(results, self.name)
+            for logger in trainer.loggers:
+                logger.log_metrics(metrics, step=trainer.global_step)
+                if hasattr(logger, "log_table"):  # W&B: the same numbers as one table per evaluation
+                    logger.log_table(key=f"{self.name}/table", columns=["metric", "value"],
+                                     data=[[name, value] for name, value in metrics.items()], step=trainer.global_step)
+        return self.results
+
+    def synthetic(self, pl_module, labels: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """`pl_module.sample(n_samples, labels)` on the CPU under a forked RNG seeded with `seed`."""
+        devices = [pl_module.device] if pl_module.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices), torch.no_grad():
+            torch.manual_seed(self.seed)
+            x, y = pl_module.sample(self.n_samples, labels)
+        return x.detach().cpu().float(), y.detach().cpu().long()
+
+
+class DownstreamUtility(EvaluationCallback):
+    """Images: accuracy on the real test set of the appendix E CNN trained on `n_samples` synthetic
+    images with uniform labels. Tables: AUROC / AUPRC of `tabular_models` ("gpate" or "pategan")
+    trained on synthetic records (labels chosen by the method) and tested on the real test set;
+    with `ranking=True` also PATE-GAN settings A and C, SRA and feature ranking agreement."""
+
+    name = "downstream"
+
+    def __init__(
+        self,
+        every_n_steps: int = 0,
+        n_samples: int = 60000,
+        at_end: bool = True,
+        seed: int = 0,
+        val_fraction: float = 0.1,
+        max_epochs: int = 20,
+        patience: int = 3,
+        tabular_models: str = "gpate",
+        ranking: bool = False,
+    ):
+        super().__init__(every_n_steps, n_samples, at_end, seed)
+        self.val_fraction, self.max_epochs, self.patience = val_fraction, max_epochs, patience
+        self.tabular_models, self.ranking = tabular_models, ranking
+
+    def evaluate(self, trainer, pl_module) -> dict:
+        test = trainer.datamodule.test_data
+        if test.x.dim() == 4:
+            labels = torch.arange(self.n_samples) % trainer.datamodule.num_classes
+        else:
+            labels = None  # tables: the method's own class ratio
+        x, y = self.synthetic(pl_module, labels)
+        return self.evaluate_synthetic(x, y, trainer.datamodule, pl_module.device)
+
+    def evaluate_synthetic(self, x: torch.Tensor, y: torch.Tensor, dm, device=None) -> dict:
+        """The evaluation of a given synthetic set against the datamodule's real data (also evaluate.py's)."""
+        test = dm.test_data
+        if test.x.dim() == 4:
+            return image_accuracy(
+                x, y, test.x, test.y, num_classes=dm.num_classes, val_fraction=self.val_fraction,
+                max_epochs=self.max_epochs, patience=self.patience, seed=self.seed, device=device, progress=True,
+            )
+        if self.ranking:
+            train = dm.train_data
+            return tabular_evaluation(train.x, train.y, test.x, test.y, x, y, models=self.tabular_models, seed=self.seed)
+        return tabular_scores(x, y, test.x, test.y, models=self.tabular_models, seed=self.seed)

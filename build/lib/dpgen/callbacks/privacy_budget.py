@@ -1,0 +1,189 @@
+"""PrivacyBudget: never release a generator over (epsilon, delta)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning.pytorch as pl
+import torch
+
+from dpgen.privacy.ledger import ALL_CONVERSIONS, PrivacyLedger
+from dpgen.privacy.rdp import check_delta
+
+LEDGER_KEY = "privacy_ledger"
+
+
+class BudgetError(ValueError):
+    """The privacy configuration cannot be honoured (bad epsilon / delta / conversion, or a budget too
+    small for even one step); raised before any training step runs."""
+
+
+class PrivacyBudget(pl.Callback):
+    """Stops training at the privacy budget and keeps the last generator within it.
+
+    Contract with the LightningModule (dpgen.methods.base.PrivateGenerator):
+      - `ledger`: a dpgen.privacy.PrivacyLedger that the module's mechanisms record into during
+        `training_step`, or None for a non-private method (then this callback does nothing);
+      - `generator`: the nn.Module that is released (snapshotted and restored here);
+      - `step_cost_bound()`: Mapping bound -> RDP over the ledger's orders, an upper bound on what the
+        next training step can record, or None when unknown; a bound missing from the mapping (e.g. a
+        data-dependent one) is treated as known only after the step;
+      - `on_train_batch_start` returns -1 when `self.trainer.should_stop` is set, so that a step refused
+        here does not run (Lightning runs a batch whose callbacks set should_stop otherwise).
+
+    Behaviour, with eps(.) = ledger.epsilon(delta, bound, conversion):
+      - fit start: ValueError if one worst-case step alone exceeds the budget. Trainer min_steps /
+        min_epochs are refused (Lightning would keep training after a stop request).
+      - before each batch: if eps(ledger + step_cost_bound) > epsilon, request the stop; the step is
+        skipped through the module hook above.
+      - after each batch: if eps(ledger) > epsilon (possible when the cost is only known afterwards, e.g.
+        data-dependent PATE with step_cost_bound None, or conversion="pld"), restore the generator and the
+        ledger to the last in-budget snapshot and stop; otherwise refresh that snapshot (in-place tensor copies).
+      - the snapshot pair (generator, ledger) is the callback state saved in every checkpoint, and the
+        ledger is also written under checkpoint["privacy_ledger"]; a resumed run restarts from that pair,
+        so it ends with the same epsilon as an uninterrupted run. ModelCheckpoint runs after this callback
+        (Lightning orders checkpoint callbacks last), so it never saves an over-budget generator.
+      - the ledger notes why training stopped and how many steps were discarded; privacy.json is written
+        at fit end into trainer.default_root_dir (the run folder).
+    """
+
+    def __init__(self, epsilon: float, delta: float, bound: str = "data_dependent",
+                 conversion: str = "classical", filename: str = "privacy.json"):
+        if not float(epsilon) > 0:
+            raise BudgetError(f"privacy.epsilon must be > 0, got {epsilon}")
+        self.epsilon = float(epsilon)
+        try:
+            self.delta = check_delta(delta)
+        except ValueError as err:
+            raise BudgetError(f"privacy.delta: {err}") from err
+        if conversion not in ALL_CONVERSIONS:
+            raise BudgetError(f"privacy.conversion must be one of {ALL_CONVERSIONS}, got {conversion!r}")
+        self.bound = bound
+        self.conversion = conversion
+        self.filename = filename
+        self._generator_snapshot: dict[str, torch.Tensor] | None = None
+        self._ledger_snapshot: dict | None = None
+        self._restored = False
+
+    # budget arithmetic
+
+    def governing(self, ledger: PrivacyLedger) -> str:
+        """The bound that governs: `bound` as the method's ledger resolves it (e.g. data_dependent is
+        data_independent for DP-SGD)."""
+        return ledger.resolve_bound(self.bound)
+
+    def spent(self, ledger: PrivacyLedger, extra=None) -> float:
+        return ledger.epsilon(self.delta, self.bound, self.conversion, extra=extra)[0]
+
+    def _over(self, ledger: PrivacyLedger, extra=None) -> bool:
+        return self.spent(ledger, extra) > self.epsilon
+
+    def _known_cost(self, pl_module):
+        """The next step's worst-case cost under the governing bound, or None if only known afterwards
+        (always under the PLD conversion, which composes recorded releases only)."""
+        if self.conversion == "pld":
+            return None
+        cost = pl_module.step_cost_bound()
+        return cost if cost is not None and (self.governing(pl_module.ledger) in cost or "gdp_mu" in cost) else None
+
+    # snapshot
+
+    def _take_snapshot(self, pl_module):
+        state = pl_module.generator.state_dict()
+        if self._generator_snapshot is None or self._generator_snapshot.keys() != state.keys():
+            self._generator_snapshot = {k: v.detach().clone() for k, v in state.items()}
+        else:
+            for k, v in state.items():
+                self._generator_snapshot[k].copy_(v)
+        self._ledger_snapshot = pl_module.ledger.state_dict()
+
+    def _restore_snapshot(self, pl_module):
+        pl_module.generator.load_state_dict(self._generator_snapshot)
+        pl_module.ledger.load_state_dict(self._ledger_snapshot)
+
+    def _stop(self, trainer, pl_module, reason: str, discarded_steps: int):
+        pl_module.ledger.note_stop(reason, discarded_steps)
+        trainer.should_stop = True
+
+    # hooks
+
+    def setup(self, trainer, pl_module, stage):
+        if stage == "fit" and getattr(pl_module, "ledger", None) is not None:
+            if trainer.fit_loop.min_steps or trainer.fit_loop.min_epochs:
+                raise BudgetError("PrivacyBudget cannot honour trainer.min_steps / min_epochs: unset them")
+
+    def on_train_start(self, trainer, pl_module):
+        ledger = getattr(pl_module, "ledger", None)
+        if ledger is None:
+            return
+        if self.conversion == "pld" and not getattr(pl_module, "pld_ready", False):
+            raise BudgetError("privacy.conversion=pld needs every release to be a Gaussian or a Poisson-subsampled "
+                              "Gaussian: methods dpgan, dpcgan, pate_triplegan (with method.module.accounting=rdp)")
+        cost = self._known_cost(pl_module)
+        nothing_spent = PrivacyLedger(ledger.orders, ledger.aliases)
+        if cost is not None and self._over(nothing_spent, cost):
+            one = self.spent(nothing_spent, cost)
+            raise BudgetError(
+                f"privacy budget too small: one training step alone costs epsilon={one:.4g} under bound "
+                f"{self.governing(ledger)!r} ({self.conversion} conversion, delta={self.delta:g}) > "
+                f"privacy.epsilon={self.epsilon:g}"
+            )
+        if self._restored:
+            self._restore_snapshot(pl_module)  # resume from the last in-budget pair of the checkpoint
+            self._restored = False
+        else:
+            self._take_snapshot(pl_module)
+        ledger.stop = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        ledger = getattr(pl_module, "ledger", None)
+        if ledger is None:
+            return
+        cost = self._known_cost(pl_module)
+        if cost is not None and self._over(ledger, cost):
+            self._stop(trainer, pl_module, f"budget: the next step could exceed epsilon={self.epsilon:g} "
+                       f"(spent {self.spent(ledger):.6g} under {self.governing(ledger)}); stopped before it", 0)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        ledger = getattr(pl_module, "ledger", None)
+        if ledger is None:
+            return
+        spent = self.spent(ledger)
+        if spent > self.epsilon:
+            self._restore_snapshot(pl_module)
+            self._stop(trainer, pl_module, f"budget: the last step reached epsilon={spent:.6g} > {self.epsilon:g} "
+                       f"under {self.governing(ledger)}; generator and ledger rolled back to the last in-budget step", 1)
+        else:
+            self._take_snapshot(pl_module)
+            pl_module.log("epsilon", spent, prog_bar=True)
+
+    def on_fit_end(self, trainer, pl_module):
+        ledger = getattr(pl_module, "ledger", None)
+        if ledger is None or not trainer.is_global_zero:
+            return
+        if ledger.stop is None:
+            ledger.note_stop("trainer limits reached within the budget", 0)
+        folder = Path(trainer.default_root_dir)  # the run folder, beside generator.pt
+        budget = {"budget": {"epsilon": self.epsilon, "delta": self.delta, "bound": self.bound,
+                             "conversion": self.conversion}}
+        ledger.write_json(folder / self.filename, self.delta, self.bound, extra=budget, conversion=self.conversion)
+
+    # checkpoints
+
+    def state_dict(self):
+        return {"generator": self._generator_snapshot, "ledger": self._ledger_snapshot}
+
+    def load_state_dict(self, state_dict):
+        self._generator_snapshot = state_dict["generator"]
+        self._ledger_snapshot = state_dict["ledger"]
+        self._restored = self._ledger_snapshot is not None
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        ledger = getattr(pl_module, "ledger", None)
+        if ledger is not None:
+            checkpoint[LEDGER_KEY] = ledger.state_dict()
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint):
+        ledger = getattr(pl_module, "ledger", None)
+        if ledger is not None and LEDGER_KEY in checkpoint:
+            ledger.load_state_dict(checkpoint[LEDGER_KEY])

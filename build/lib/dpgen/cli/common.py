@@ -1,0 +1,82 @@
+"""What the entry points share: where the configs are, which errors are the user's, the end-of-run summary."""
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from dpgen.callbacks.downstream import flatten
+from dpgen.callbacks.checkpoint_io import CheckpointError
+from dpgen.callbacks.privacy_budget import BudgetError
+from dpgen.data.errors import DataError
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # package data; the repository's conf/ links here
+# Errors caused by input or configuration: printed as one clear message, without a traceback.
+USER_ERRORS = (DataError, BudgetError, CheckpointError)
+console = Console()
+
+
+def machine(accelerator: str = "cpu") -> str:
+    """What a run ran on, for its results: the GPU's name, or the CPU's model and the threads torch used."""
+    import torch
+
+    if accelerator in ("gpu", "cuda") and torch.cuda.is_available():
+        return f"GPU: {torch.cuda.get_device_name()}"
+    model = "unknown CPU"
+    if os.path.exists("/proc/cpuinfo"):
+        model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+                     model)
+    return f"CPU: {model}, {torch.get_num_threads()} threads"
+
+
+def command_line(script: str) -> str:
+    """The command that started this run: `python <script>` and its Hydra overrides."""
+    from hydra.core.hydra_config import HydraConfig
+
+    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else sys.argv[1:]
+    return " ".join(["python", script, *map(shlex.quote, overrides)])
+
+
+def metric_rows(results: dict) -> list[tuple[str, str]]:
+    """The evaluation numbers of a results dict, one (name, value) row each."""
+    rows = []
+    for key in ("downstream", "image_quality"):
+        for name, value in flatten(results.get(key) or {}, key).items():
+            if not name.endswith("/step"):
+                rows.append((name, f"{value:.4g}"))
+    return rows
+
+
+def print_summary(out: Path, results: dict, grid: Path | None) -> None:
+    table = Table(title=f"{results['method']} on {results['data']}", show_header=False)
+    table.add_row("run folder", str(out))
+    table.add_row("steps / wall time", f"{results['steps']} / {results['wall_time_s']:.0f} s")
+    privacy = results["privacy"]
+    if privacy["private"]:
+        for bound, eps in privacy["epsilon"].items():
+            gov = " (governing)" if bound == privacy["governing_bound"] else ""
+            table.add_row(f"epsilon, {bound}{gov}", f"{eps:.4g} at delta={privacy['delta']:g}")
+        if privacy.get("stop"):
+            table.add_row("stopped", privacy["stop"]["reason"])
+    else:
+        table.add_row("privacy", privacy["note"])
+    for name, value in results["losses"].items():
+        table.add_row(name, f"{value:.4g}")
+    for name, value in metric_rows(results):
+        table.add_row(name, value)
+    if grid:
+        table.add_row("samples", str(grid))
+    table.add_row("generator", str(out / "generator.pt"))
+    console.print(table)
+
+
+def print_metrics(title: str, results: dict, out: Path) -> None:
+    table = Table(title=title, show_header=False)
+    for name, value in metric_rows(results):
+        table.add_row(name, value)
+    table.add_row("written to", str(out))
+    console.print(table)

@@ -1,0 +1,73 @@
+"""`python evaluate.py synthetic=<file> data=<name>`: evaluate any synthetic data set (ours, or made elsewhere in
+the same format) against the real data, with the protocol of the evaluation callbacks (conf/eval)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import hydra
+import numpy as np
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from dpgen.cli.common import CONF_DIR, USER_ERRORS, console, print_metrics
+
+
+def load_synthetic(path: Path, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """`.npz` with arrays x (N, *shape) and y (N,), or `.csv` with the features then a `label` column
+    (as generate.py writes them). Records are reshaped to the real data's shape."""
+    if not path.is_file():
+        raise FileNotFoundError(f"synthetic data file {path} does not exist")
+    if path.suffix == ".npz":
+        with np.load(path) as f:
+            if "x" not in f or "y" not in f:
+                raise ValueError(f"{path}: an .npz needs arrays 'x' and 'y', found {sorted(f.files)}")
+            x, y = f["x"], f["y"]
+    elif path.suffix == ".csv":
+        table = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
+        x, y = table[:, :-1], table[:, -1]
+    else:
+        raise ValueError(f"{path}: use a .npz (x, y) or a .csv (features, label)")
+    if len(x) != len(y) or x[0].size != int(np.prod(shape)):
+        raise ValueError(f"{path}: {len(x)} records of {x[0].size} values and {len(y)} labels; the real data has "
+                         f"records of shape {shape}")
+    if not np.all(np.isfinite(x)):
+        raise ValueError(f"{path}: non-finite values in x")
+    return torch.as_tensor(x, dtype=torch.float32).reshape(len(x), *shape), torch.as_tensor(y).long()
+
+
+def run(cfg: DictConfig) -> dict:
+    path = Path(cfg.synthetic)
+    dm = instantiate(cfg.data, batch_size=256, seed=cfg.seed)
+    dm.prepare_data()
+    dm.setup("fit")
+    x, y = load_synthetic(path, dm.shape)
+    if int(y.min()) < 0 or int(y.max()) >= dm.num_classes:
+        raise ValueError(f"{path}: labels must be in 0..{dm.num_classes - 1} ({dm.name}), got {int(y.min())}..{int(y.max())}")
+    device = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    results = {"synthetic": str(path), "data": dm.name, "records": len(y)}
+    for name, node in (cfg.eval.get("callbacks") or {}).items():
+        console.print(f"evaluating: {name}")
+        results[name] = instantiate(node).evaluate_synthetic(x, y, dm, torch.device(device))
+    privacy = path.parent / "privacy.json"
+    if privacy.is_file():
+        results["privacy"] = json.loads(privacy.read_text())
+    out = Path(cfg.out) if cfg.out else path.with_suffix(".eval.json")
+    out.write_text(json.dumps(results, indent=2, default=float) + "\n")
+    print_metrics(f"{path.name} on {dm.name}", results, out)
+    return results
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="evaluate", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    try:
+        run(cfg)
+    except (*USER_ERRORS, FileNotFoundError, ValueError) as err:
+        console.print(f"[bold red]error:[/] {err}")
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

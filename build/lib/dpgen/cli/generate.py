@@ -1,0 +1,98 @@
+"""`python generate.py run=<run folder> n=60000 format=npz|csv|png`: a synthetic data set from a released
+generator, with the run's privacy.json copied beside it. Sampling is post-processing: it costs no privacy."""
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import hydra
+import numpy as np
+import torch
+from omegaconf import DictConfig
+from rich.progress import track
+from torchvision.utils import save_image
+
+from dpgen.cli.common import CONF_DIR, console
+from dpgen.nn.generator import generate
+
+FORMATS = ("npz", "csv", "png")
+
+
+def load_release(run: Path) -> dict:
+    path = run / "generator.pt"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: `run=` must be a folder written by train.py")
+    return torch.load(path, map_location="cpu", weights_only=False)  # our own file: a pickled module
+
+
+def sample(release: dict, n: int, seed: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    torch.manual_seed(seed)
+    probs = release["class_probs"]
+    labels = (torch.arange(n) % release["num_classes"] if probs is None
+              else torch.multinomial(torch.tensor(probs), n, replacement=True))
+    x = generate(release["generator"], labels, release["z_dim"], release["latent_dist"], batch_size,
+                 release.get("sample_batch_norm"))
+    return x, labels
+
+
+def write(x: torch.Tensor, y: torch.Tensor, release: dict, fmt: str, out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    names = release["class_names"]
+    if fmt == "npz":
+        path = out / "synthetic.npz"
+        np.savez_compressed(path, x=x.numpy(), y=y.numpy(), class_names=np.array(names))
+    elif fmt == "csv":
+        path = out / "synthetic.csv"
+        flat = x.reshape(len(x), -1).numpy()
+        columns = release.get("feature_names") or [f"x{i}" for i in range(flat.shape[1])]
+        with path.open("w") as f:
+            f.write(",".join([*columns, "label"]) + "\n")
+            for row, label in zip(flat, y.tolist()):
+                f.write(",".join(f"{v:.6g}" for v in row) + f",{label}\n")
+    else:
+        if release["kind"] != "image":
+            raise ValueError("format=png is for image data; use csv or npz for tables")
+        path = out / "images"
+        for c, name in enumerate(names):
+            (path / str(name)).mkdir(parents=True, exist_ok=True)
+        for i, (img, label) in enumerate(track(list(zip(x, y.tolist())), description="writing PNGs")):
+            save_image(img, path / str(names[label]) / f"{i:06d}.png")
+    return path
+
+
+def run(cfg: DictConfig) -> Path:
+    if cfg.format not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {cfg.format!r}")
+    if int(cfg.n) < 1:
+        raise ValueError(f"n must be >= 1, got {cfg.n}")
+    run_dir = Path(cfg.run)
+    release = load_release(run_dir)
+    if cfg.get("sample_batch_norm") is not None:
+        b = int(cfg.sample_batch_norm)
+        if b == 1 or b < 0:
+            raise ValueError(f"sample_batch_norm must be 0 (running statistics) or a batch size >= 2, got {b}")
+        release["sample_batch_norm"] = b or None
+    x, y = sample(release, int(cfg.n), int(cfg.seed), int(cfg.batch_size))
+    out = Path(cfg.out) if cfg.out else run_dir / "synthetic"
+    path = write(x, y, release, cfg.format, out)
+    privacy = run_dir / "privacy.json"
+    if privacy.is_file():
+        shutil.copy(privacy, out / "privacy.json")
+    else:
+        console.print(f"[yellow]note:[/] {privacy} does not exist (non-private method): no privacy report copied")
+    console.print(f"{len(y)} synthetic records of {release['data_name']} -> {path}")
+    return path
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="generate", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    try:
+        run(cfg)
+    except (FileNotFoundError, ValueError) as err:
+        console.print(f"[bold red]error:[/] {err}")
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,217 @@
+"""`python -m dpgen.report <multirun dir | run dirs ...> [--out DIR]`: compare finished runs.
+
+Every folder below the given paths that holds a run (`metrics.json` and `.hydra/config.yaml`, as train.py
+writes them, or `metrics.json` and `config.yaml`, as `--keep` stores them) is one row. Writes into `--out`
+(default: the first path):
+- `report.md`: method x dataset x epsilon budget: utility (image accuracy, or the mean AUROC / AUPRC of the
+  tabular models), IS, FID, epsilon spent under each bound, steps, wall time, peak memory, machine, command and
+  run folder; if `--out` holds a `RESULTS.md`, the table replaces the block between its `<!-- report -->` and
+  `<!-- /report -->` lines instead;
+- `utility_vs_epsilon.png`: utility against the budget, one line per method and dataset (as G-PATE figure 2);
+  non-private runs (eps = inf) as dashed horizontal lines;
+- `samples.png`: the final sample grid of every image run, titled by method, dataset and budget.
+
+`python -m dpgen.report --keep <run dir> docs/results/<name>` stores the small files of a run (metrics.json,
+privacy.json, the resolved config.yaml and overrides.yaml, the final sample grid) so the row can be regenerated
+without the run folder.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+
+from dpgen.cli.common import console  # noqa: E402
+
+
+def find_runs(paths: list[Path]) -> list[Path]:
+    """Run folders below `paths` (a run folder itself counts), sorted."""
+    runs = set()
+    for path in paths:
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no such run or multirun folder")
+        runs |= {p.parent for p in path.rglob("metrics.json") if config_file(p.parent)}
+    return sorted(runs)
+
+
+def config_file(run: Path) -> Path | None:
+    """The resolved configuration of a run folder (train.py's) or of a kept run (`--keep`)."""
+    return next((p for p in (run / ".hydra" / "config.yaml", run / "config.yaml") if p.exists()), None)
+
+
+def command(run: Path, metrics: dict) -> str | None:
+    """The command a run recorded, else `python train.py` with the overrides Hydra stored."""
+    if metrics.get("command"):
+        return metrics["command"]
+    overrides = next((p for p in (run / ".hydra" / "overrides.yaml", run / "overrides.yaml") if p.exists()), None)
+    return None if overrides is None else " ".join(["python train.py", *OmegaConf.load(overrides)])
+
+
+def final_grid(run: Path) -> Path:
+    grids = sorted((run / "samples").glob("*.png")) if (run / "samples").is_dir() else []
+    return next((g for g in grids if g.name == "final.png"), grids[-1] if grids else run / "samples" / "final.png")
+
+
+def keep(run: Path, dest: Path) -> Path:
+    """Copy the small files of a finished run into `dest` (no checkpoints, no generator)."""
+    if not (run / "metrics.json").exists() or config_file(run) is None:
+        raise FileNotFoundError(f"{run}: not a finished run (metrics.json and .hydra/config.yaml)")
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("metrics.json", "privacy.json"):
+        if (run / name).exists():
+            shutil.copyfile(run / name, dest / name)
+    shutil.copyfile(config_file(run), dest / "config.yaml")
+    if (run / ".hydra" / "overrides.yaml").exists():
+        shutil.copyfile(run / ".hydra" / "overrides.yaml", dest / "overrides.yaml")
+    if final_grid(run).exists():
+        (dest / "samples").mkdir(exist_ok=True)
+        shutil.copyfile(final_grid(run), dest / "samples" / "final.png")
+    return dest
+
+
+def utility(downstream: dict) -> dict:
+    """{"accuracy": a} for images; {"auroc": .., "auprc": ..} (mean over the tabular models) for tables."""
+    if "accuracy" in downstream:
+        return {"accuracy": downstream["accuracy"]}
+    average = downstream.get("average") or downstream.get("B", {}).get("average")  # ranking=true: setting B
+    return dict(average) if average else {}
+
+
+def load_run(path: Path) -> dict:
+    metrics = json.loads((path / "metrics.json").read_text())
+    cfg = OmegaConf.load(config_file(path))
+    private = metrics.get("privacy", {}).get("private", False)
+    budget = OmegaConf.select(cfg, "privacy.epsilon", default=None)
+    quality = metrics.get("image_quality", {})
+    return {"method": cfg.method.name, "data": cfg.data.name,
+            "budget": float(budget) if private and budget is not None else math.inf,
+            "spent": metrics.get("privacy", {}).get("epsilon", {}), "utility": utility(metrics.get("downstream", {})),
+            "IS": quality.get("IS"), "FID": quality.get("FID"), "steps": metrics.get("steps"),
+            "wall_time_s": metrics.get("wall_time_s"), "peak_rss_gb": metrics.get("peak_rss_gb"),
+            "machine": metrics.get("machine"), "command": command(path, metrics), "grid": final_grid(path),
+            "path": path}
+
+
+def number(value, digits: int = 4) -> str:
+    return "" if value is None else f"{value:.{digits}g}"
+
+
+def markdown_table(rows: list[dict]) -> str:
+    bounds = sorted({bound for row in rows for bound in row["spent"]})
+    utilities = sorted({key for row in rows for key in row["utility"]})
+    head = ["method", "data", "budget eps", *utilities, "IS", "FID", *(f"eps ({b})" for b in bounds), "steps",
+            "wall time (s)", "peak RSS (GB)", "machine", "command", "run"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in sorted(rows, key=lambda r: (r["data"], r["method"], r["budget"])):
+        cells = [row["method"], row["data"], "none (not private)" if math.isinf(row["budget"]) else f"{row['budget']:g}",
+                 *(number(row["utility"].get(key)) for key in utilities), number(row["IS"], 3), number(row["FID"]),
+                 *(number(row["spent"].get(b), 5) for b in bounds), str(row["steps"] or ""),
+                 number(row["wall_time_s"], 5), number(row["peak_rss_gb"], 3), row["machine"] or "",
+                 f"`{row['command']}`" if row["command"] else "", f"`{row['path']}`"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+BEGIN, END = "<!-- report -->", "<!-- /report -->"
+
+
+def write_block(path: Path, table: str) -> None:
+    """Replace the generated block of a markdown file (between BEGIN and END lines) with `table`."""
+    text = path.read_text()
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"{path}: no generated block; put a line {BEGIN} and a line {END} where the table goes")
+    head, rest = text.split(BEGIN, 1)
+    path.write_text(f"{head}{BEGIN}\n{table}{END}{rest.split(END, 1)[1]}")
+
+
+def plot_utility(rows: list[dict], path: Path) -> None:
+    metric = "accuracy" if any("accuracy" in r["utility"] for r in rows) else "auroc"
+    fig, ax = plt.subplots(figsize=(6, 4))
+    groups = sorted({(r["data"], r["method"]) for r in rows if metric in r["utility"]})
+    for data, method in groups:
+        points = sorted((r["budget"], r["utility"][metric]) for r in rows
+                        if (r["data"], r["method"]) == (data, method) and metric in r["utility"])
+        private = [(eps, value) for eps, value in points if not math.isinf(eps)]
+        if private:
+            ax.plot(*zip(*private), marker="o", label=f"{method} ({data})")
+        for eps, value in points:
+            if math.isinf(eps):
+                ax.axhline(value, linestyle="--", color="grey", label=f"{method} ({data}, not private)")
+    ax.set_xlabel("privacy budget epsilon")
+    ax.set_ylabel(metric)
+    ax.set_title(f"{metric} of synthetic data vs epsilon")
+    if groups:
+        ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_samples(rows: list[dict], path: Path) -> bool:
+    """One panel per run with a final sample grid; False (nothing written) when no run has one."""
+    rows = [r for r in rows if r["grid"].exists()]
+    if not rows:
+        return False
+    cols = min(4, len(rows))
+    fig, axes = plt.subplots(math.ceil(len(rows) / cols), cols, figsize=(3 * cols, 3.3 * math.ceil(len(rows) / cols)),
+                             squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for ax, row in zip(axes.flat, rows):
+        ax.imshow(plt.imread(row["grid"]), cmap="gray")
+        budget = "not private" if math.isinf(row["budget"]) else f"eps {row['budget']:g}"
+        ax.set_title(f"{row['method']}, {row['data']}, {budget}", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def main(argv: list[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(prog="python -m dpgen.report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("paths", nargs="*", type=Path, help="multirun folders or run folders")
+    parser.add_argument("--out", type=Path, default=None, help="where to write (default: the first path)")
+    parser.add_argument("--keep", nargs=2, type=Path, metavar=("RUN", "DEST"),
+                        help="store the small files of run folder RUN in DEST, e.g. docs/results/<name>")
+    args = parser.parse_args(argv)
+    if args.keep:
+        dest = keep(*args.keep)
+        console.print(f"{args.keep[0]} -> {dest}")
+        return dest
+    if not args.paths:
+        parser.error("give run or multirun folders, or --keep RUN DEST")
+    runs = find_runs(args.paths)
+    if not runs:
+        raise FileNotFoundError(f"no finished runs (metrics.json + .hydra/config.yaml) below {args.paths}")
+    rows = [load_run(run) for run in runs]
+    out = args.out or args.paths[0]
+    out.mkdir(parents=True, exist_ok=True)
+    table = markdown_table(rows)
+    if (out / "RESULTS.md").exists():
+        write_block(out / "RESULTS.md", table)
+        written = ["RESULTS.md"]
+    else:
+        (out / "report.md").write_text(f"# Runs compared ({len(rows)})\n\n" + table)
+        written = ["report.md"]
+    plot_utility(rows, out / "utility_vs_epsilon.png")
+    written += ["utility_vs_epsilon.png"] + (["samples.png"] if plot_samples(rows, out / "samples.png") else [])
+    console.print(f"{len(rows)} runs -> {out}: {', '.join(written)}")
+    return out
+
+
+def cli() -> None:
+    """Entry point: a missing folder or a RESULTS.md without its block is one error line and exit status 2."""
+    try:
+        main()
+    except (FileNotFoundError, ValueError) as err:
+        console.print(f"[bold red]error:[/] {err}")
+        sys.exit(2)

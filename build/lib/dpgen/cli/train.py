@@ -1,0 +1,118 @@
+"""`python train.py method=<m> data=<d> privacy.epsilon=<eps> ...`: train one generator into its run folder."""
+from __future__ import annotations
+
+import copy
+import json
+import sys
+import time
+from pathlib import Path
+
+import hydra
+import lightning.pytorch as pl
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from dpgen.callbacks.checkpoint_io import AtomicCheckpointIO, atomic_save
+from dpgen.callbacks.privacy_budget import PrivacyBudget
+from dpgen.callbacks.progress_log import ProgressLog
+from dpgen.callbacks.random_state import RandomState
+from dpgen.callbacks.run_clock import RunClock, peak_rss_gb
+from dpgen.callbacks.sample_grid import SampleGrid
+from dpgen.cli.common import CONF_DIR, USER_ERRORS, command_line, console, machine, print_summary
+
+
+def build_datamodule(cfg: DictConfig):
+    return instantiate(cfg.data, batch_size=cfg.method.batch_size, n_teachers=cfg.method.n_teachers,
+                       seed=cfg.seed, allow_data_dependent_preprocessing=not cfg.method.private)
+
+
+def build_method(cfg: DictConfig, dm):
+    return instantiate(cfg.method.module, shape=dm.shape, num_classes=dm.num_classes, kind=dm.kind,
+                       _convert_="all")
+
+
+def build_callbacks(cfg: DictConfig, out: Path) -> list[pl.Callback]:
+    callbacks = [
+        pl.callbacks.RichProgressBar(),
+        pl.callbacks.ModelCheckpoint(dirpath=out / "checkpoints", save_last=True, save_top_k=0,
+                                     every_n_train_steps=cfg.checkpoint_every_n_steps),
+        SampleGrid(str(out), every_n_steps=cfg.samples.every_n_steps, per_class=cfg.samples.per_class,
+                   seed=cfg.seed),
+        ProgressLog(every_seconds=cfg.progress_log_every_seconds),
+        RandomState(),
+        RunClock(),
+    ]
+    if cfg.method.private:
+        p = cfg.privacy
+        callbacks.append(PrivacyBudget(epsilon=p.epsilon, delta=p.delta, bound=p.bound, conversion=p.conversion))
+    for cb in (cfg.eval.get("callbacks") or {}).values():
+        callbacks.append(instantiate(cb))
+    return callbacks
+
+
+def build_logger(cfg: DictConfig):
+    return instantiate(cfg.logger) if cfg.logger and "_target_" in cfg.logger else False
+
+
+def save_generator(model, dm, cfg: DictConfig, path: Path) -> None:
+    """The released generator (a pickled module on the CPU) with how to sample it; read by generate.py."""
+    release = model.release()
+    release["generator"] = copy.deepcopy(release["generator"]).cpu()
+    release.update(method=OmegaConf.to_container(cfg.method, resolve=True), data_name=dm.name,
+                   class_names=list(dm.class_names), feature_names=getattr(dm, "feature_names", None))
+    atomic_save(release, path)
+
+
+def privacy_report(model, cfg: DictConfig) -> dict:
+    if model.ledger is None:
+        return {"private": False, "note": "non-private method: no differential privacy guarantee"}
+    p = cfg.privacy
+    eps = {b: model.ledger.epsilon(p.delta, bound=b, conversion=p.conversion)[0] for b in model.ledger.bounds}
+    return {"private": True, "delta": p.delta, "governing_bound": model.ledger.resolve_bound(p.bound),
+            "conversion": p.conversion,
+            "epsilon": eps, "stop": model.ledger.stop}
+
+
+def run(cfg: DictConfig) -> dict:
+    out = Path(cfg.output_dir)
+    pl.seed_everything(cfg.seed, workers=True)
+    dm = build_datamodule(cfg)
+    dm.prepare_data()
+    dm.setup("fit")  # bad data fails here, before any training
+    model = build_method(cfg, dm)
+    callbacks = build_callbacks(cfg, out)
+    trainer = pl.Trainer(**cfg.trainer, callbacks=callbacks, logger=build_logger(cfg), default_root_dir=str(out),
+                         plugins=[AtomicCheckpointIO()])
+    start = time.time()
+    trainer.fit(model, datamodule=dm, ckpt_path=cfg.resume)
+    wall = time.time() - start
+    save_generator(model, dm, cfg, out / "generator.pt")
+    # a step rolled back by PrivacyBudget ran (global_step counts it) but is not in the released generator
+    discarded = ((model.ledger.stop or {}).get("discarded_steps", 0)) if getattr(model, "ledger", None) else 0
+    results = {
+        "method": cfg.method.name, "data": cfg.data.name, "command": command_line("train.py"),
+        "machine": machine(cfg.trainer.get("accelerator", "cpu")), "steps": trainer.global_step - discarded,
+        "steps_run": trainer.global_step, "wall_time_s": round(wall, 1), "peak_rss_gb": round(peak_rss_gb(), 2),
+        "losses": {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("loss")},
+        "privacy": privacy_report(model, cfg),
+    }
+    for cb in callbacks:
+        if getattr(cb, "results", None):
+            results[cb.name] = cb.results
+    (out / "metrics.json").write_text(json.dumps(results, indent=2, default=float) + "\n")
+    grid = next((cb.last_path for cb in callbacks if isinstance(cb, SampleGrid)), None)
+    print_summary(out, results, grid)
+    return results
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    try:
+        run(cfg)
+    except USER_ERRORS as err:
+        console.print(f"[bold red]error:[/] {err}")
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""What every dpgen datamodule shares: the in-memory dataset, the teacher loaders, the data root."""
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+import torch
+from lightning.pytorch import LightningDataModule
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
+
+from dpgen.data.partition import TeacherBatchSampler, partition_indices
+
+
+def default_root() -> Path:
+    """`$DPGEN_DATA` when set, else `~/.cache/dpgen`."""
+    return Path(os.environ.get("DPGEN_DATA") or "~/.cache/dpgen").expanduser()
+
+
+def as_float(stored: torch.Tensor) -> torch.Tensor:
+    """uint8 pixels 0..255 -> float32 k/255; float32 is returned as is."""
+    return stored.float().div_(255) if stored.dtype == torch.uint8 else stored
+
+
+class TensorData(Dataset):
+    """Records in memory: `x` float32 (images (N,C,H,W) in [0,1], tables (N,F)), `y` int64 labels.
+
+    Images may be stored as uint8 (`stored`, CelebA: 4x less memory, possibly a memory-mapped cache);
+    indexing converts only the selected records, while `x` converts everything on each access.
+    Index with an int, a slice, or an index tensor of any shape: `data[idx]` -> `(x[idx], y[idx])`.
+    """
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor):
+        if x.dtype not in (torch.uint8, torch.float32):
+            raise TypeError(f"records must be uint8 pixels or float32, got {x.dtype}")
+        if len(x) != len(y):
+            raise ValueError(f"{len(x)} records but {len(y)} labels")
+        self.stored = x
+        self.y = y.long()
+
+    @property
+    def x(self) -> torch.Tensor:
+        return as_float(self.stored)
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, idx):
+        if isinstance(idx, list):
+            idx = torch.as_tensor(idx, dtype=torch.long)
+        return as_float(self.stored[idx]), self.y[idx]
+
+    def subset(self, idx: torch.Tensor) -> TensorData:
+        return TensorData(self.stored[idx], self.y[idx])
+
+
+class DPGenDataModule(LightningDataModule, ABC):
+    """Base of all datamodules. Subclasses set `name`, `kind` ("image"/"table"), `shape`, `num_classes`,
+    `class_names` in `__init__` (without reading the data) and implement `load()`.
+
+    After `setup()`: `train_data`, `test_data` (`TensorData`) and `partitions` (one index tensor per teacher).
+    `train_dataloader()` yields `(x, y)` batches of `batch_size` when `n_teachers == 1`, else teacher batches
+    `x: (n_teachers, b, *shape)`, `y: (n_teachers, b)` where row t holds only teacher t's records.
+    """
+
+    name: str
+    kind: str
+    shape: tuple[int, ...]
+    num_classes: int
+    class_names: list[str]
+
+    def __init__(self, root: str | None = None, batch_size: int = 64, n_teachers: int = 1, seed: int = 0,
+                 num_workers: int = 0, allow_data_dependent_preprocessing: bool = False):
+        super().__init__()
+        if batch_size < 1 or n_teachers < 1 or num_workers < 0:
+            raise ValueError(f"need batch_size >= 1, n_teachers >= 1, num_workers >= 0; got {batch_size}, "
+                             f"{n_teachers}, {num_workers}")
+        self.root = Path(root).expanduser() if root else default_root()
+        self.batch_size, self.n_teachers, self.seed = int(batch_size), int(n_teachers), int(seed)
+        self.num_workers = int(num_workers)
+        self.allow_data_dependent_preprocessing = bool(allow_data_dependent_preprocessing)
+        self.train_data: TensorData | None = None
+        self.test_data: TensorData | None = None
+        self._partitions: list[torch.Tensor] | None = None
+
+    @abstractmethod
+    def load(self) -> tuple[TensorData, TensorData]:
+        """Find, check and read the files; return the training and test records."""
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_data is not None:
+            return
+        train, test = self.load()
+        self._partitions = partition_indices(len(train), self.n_teachers, self.seed)
+        self.train_data, self.test_data = train, test
+
+    @property
+    def partitions(self) -> list[torch.Tensor]:
+        if self._partitions is None:
+            raise RuntimeError(f"{type(self).__name__}.setup() must run before partitions are known")
+        return self._partitions
+
+    def teacher_data(self, t: int) -> TensorData:
+        """The training records of teacher t only."""
+        return self.train_data.subset(self.partitions[t])
+
+    def train_dataloader(self) -> DataLoader:
+        if self.n_teachers == 1:
+            # Full batches only: a constant batch size keeps BatchNorm and sampling rates well defined.
+            generator = torch.Generator().manual_seed(self.seed)
+            sampler = BatchSampler(RandomSampler(range(len(self.train_data)), generator=generator),
+                                   min(self.batch_size, len(self.train_data)), drop_last=True)
+        else:
+            sampler = TeacherBatchSampler(self.partitions, self.batch_size, self.seed)
+        return self._loader(self.train_data, sampler)
+
+    def test_dataloader(self) -> DataLoader:
+        n = len(self.test_data)
+        return self._loader(self.test_data, BatchSampler(range(n), min(self.batch_size, n), drop_last=False))
+
+    def _loader(self, data: TensorData, sampler) -> DataLoader:
+        # batch_size=None: the sampler yields whole batches of indices, gathered by one tensor index each.
+        return DataLoader(data, sampler=sampler, batch_size=None, num_workers=self.num_workers,
+                          persistent_workers=self.num_workers > 0)

@@ -1,0 +1,215 @@
+"""Tables: any CSV with a label column (`csv`) and the Kaggle credit-card fraud data (`kaggle_credit`).
+
+Scaling of features (a parameter computed from private data is either public configuration or paid for with
+privacy budget):
+- `public` (default): per-feature ranges [low, high] given in the config; values are clipped to the range
+  and mapped linearly to [0, 1]. Nothing is computed from the data.
+- `fit`: min/max of the training split, mapped to [0, 1] (test values clipped). Not private: allowed only
+  when the datamodule is built with `allow_data_dependent_preprocessing=True` (non-private methods).
+- `none`: raw values.
+- `auto` (the `csv` config's default): `public` when ranges are configured, else `fit`.
+Likewise `classes: null` reads the label values from the file, for non-private methods only.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from dpgen.data.base import DPGenDataModule, TensorData
+from dpgen.data.errors import DataConfigError, DataFormatError
+from dpgen.data.sources import find_first
+from dpgen.data.split import stratified_split
+
+SCALINGS = ("public", "fit", "none", "auto")
+MISSING = {"", "nan", "na", "n/a", "null", "none"}
+
+
+def line_of(row: int) -> str:
+    return f"line {row + 2}"  # row 0 is the line after the header
+
+
+def check_columns(frame: pd.DataFrame, wanted: list[str], path: Path) -> None:
+    missing = [c for c in wanted if c not in frame.columns]
+    if missing:
+        raise DataFormatError(f"{path}: column(s) {missing} not found; the file has columns {list(frame.columns)}")
+
+
+def numeric_matrix(frame: pd.DataFrame, columns: list[str], path: Path) -> np.ndarray:
+    """The columns as float64, or an error naming the first non-numeric, missing or infinite value."""
+    out = np.empty((len(frame), len(columns)))
+    for j, name in enumerate(columns):
+        raw = frame[name]
+        values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+        bad = np.flatnonzero(~np.isfinite(values))
+        if len(bad):
+            row, text = int(bad[0]), str(raw.iloc[bad[0]])
+            what = "a missing value (NaN)" if pd.isna(raw.iloc[bad[0]]) or text.strip().lower() in MISSING else (
+                f"an infinite value {text!r}" if np.isinf(values[row]) else f"a non-numeric value {text!r}")
+            raise DataFormatError(f"{path}: column {name!r} has {what} at {line_of(row)} "
+                                  f"({len(bad)} bad value(s) in that column); clean or drop these rows")
+        out[:, j] = values
+    return out
+
+
+def label_text(column: pd.Series) -> pd.Series:
+    if pd.api.types.is_float_dtype(column) and column.notna().all() and (column == column.round()).all():
+        column = column.astype("int64")  # 1.0 -> "1"
+    return column.astype(str).str.strip()
+
+
+def observed_classes(column: pd.Series) -> list[str]:
+    """The distinct label values, sorted (numerically for numbers)."""
+    column = column.dropna()
+    values = sorted(column.unique()) if pd.api.types.is_numeric_dtype(column) else sorted(label_text(column).unique())
+    return label_text(pd.Series(values, dtype=column.dtype)).tolist()
+
+
+def encode_labels(column: pd.Series, classes: list[str], path: Path) -> np.ndarray:
+    """Class index of each row; `classes` are the label values as written in the file, in class order."""
+    text = label_text(column)
+    index = {value: i for i, value in enumerate(classes)}
+    codes = text.map(index)
+    bad = np.flatnonzero(codes.isna().to_numpy())
+    if len(bad):
+        raise DataFormatError(f"{path}: label column {column.name!r} has value {text.iloc[bad[0]]!r} at "
+                              f"{line_of(int(bad[0]))}, not one of the configured classes {classes}")
+    return codes.to_numpy(dtype=np.int64, copy=True)
+
+
+def scale(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    return (np.clip(values, low, high) - low) / (high - low)
+
+
+class CSVDataModule(DPGenDataModule):
+    """A user's CSV: `label` names the label column, `classes` lists its values in class order.
+
+    `features`: the feature columns (default: every other column, read from the header at construction).
+    `test_path`: a separate test CSV; otherwise a stratified `test_fraction` split fixed by `split_seed`.
+    `path` / `test_path`: absolute, or relative to the working directory, or to `root`.
+    """
+
+    kind = "table"
+
+    def __init__(self, path: str, label: str, classes: list | None = None, class_names: list[str] | None = None,
+                 features: list[str] | None = None, test_path: str | None = None, test_fraction: float = 0.2,
+                 split_seed: int = 0, scaling: str = "public", default_range: list[float] | None = None,
+                 ranges: dict[str, list[float]] | None = None, name: str = "csv", **common):
+        super().__init__(**common)
+        self.name, self.path, self.label, self.test_path = name, path, label, test_path
+        self.classes = [str(c) for c in (classes if classes is not None else self.file_classes())]
+        self.class_names = [str(c) for c in (class_names or self.classes)]
+        if len(self.class_names) != len(self.classes) or len(set(self.classes)) != len(self.classes):
+            raise DataConfigError(f"{name}: classes {self.classes} must be distinct and match class_names "
+                                  f"{self.class_names} one to one")
+        self.num_classes = len(self.classes)
+        self.test_fraction, self.split_seed = float(test_fraction), int(split_seed)
+        self.feature_names = list(features) if features is not None else self.header_features()
+        self.shape = (len(self.feature_names),)
+        configured = default_range is not None or bool(ranges)
+        self.scaling = ("public" if configured else "fit") if scaling == "auto" else scaling
+        self.low, self.high = self.public_ranges(default_range, ranges or {})
+
+    def csv_file(self, path: str) -> Path:
+        given = Path(path).expanduser()
+        candidates = [given] if given.is_absolute() else [Path.cwd() / given, self.root / given]
+        return find_first(self.name, given.name, candidates,
+                          f"set data.path to your CSV file (absolute, or relative to data.root={self.root})")
+
+    def file_classes(self) -> list[str]:
+        if not self.allow_data_dependent_preprocessing:
+            raise DataConfigError(f"{self.name}: set data.classes (the label values, in class order); reading them "
+                                  f"from the data is allowed only for non-private methods (the label set of private data is itself private)")
+        path = self.csv_file(self.path)
+        if self.label not in pd.read_csv(path, nrows=0).columns:
+            raise DataFormatError(f"{path}: label column {self.label!r} not found")
+        return observed_classes(pd.read_csv(path, usecols=[self.label])[self.label])
+
+    def header_features(self) -> list[str]:
+        path = self.csv_file(self.path)
+        columns = list(pd.read_csv(path, nrows=0).columns)
+        if self.label not in columns:
+            raise DataFormatError(f"{path}: label column {self.label!r} not found; the file has columns {columns}")
+        return [c for c in columns if c != self.label]
+
+    def public_ranges(self, default_range, ranges) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """[low, high] per feature for `scaling: public`; checks the other modes are allowed."""
+        if self.scaling not in SCALINGS:
+            raise DataConfigError(f"{self.name}: scaling must be one of {SCALINGS}, got {self.scaling!r}")
+        if self.scaling == "fit" and not self.allow_data_dependent_preprocessing:
+            raise DataConfigError(
+                f"{self.name}: scaling=fit computes min/max from the private training data, which no privacy mechanism pays for, and "
+                f"is allowed only for non-private methods; give public per-feature ranges instead "
+                f"(data.default_range=[low,high] and/or data.ranges={{column: [low,high]}})")
+        if self.scaling != "public":
+            return None, None
+        unknown = sorted(set(ranges) - set(self.feature_names))
+        missing = [f for f in self.feature_names if f not in ranges and default_range is None]
+        if unknown or missing:
+            raise DataConfigError(f"{self.name}: scaling=public needs a range for every feature: no range for "
+                                  f"{missing}, ranges given for unknown columns {unknown} (set data.ranges or "
+                                  f"data.default_range)")
+        bounds = np.array([ranges.get(f, default_range) for f in self.feature_names], dtype=float)
+        if bounds.shape != (len(self.feature_names), 2) or not (bounds[:, 0] < bounds[:, 1]).all():
+            raise DataConfigError(f"{self.name}: each range must be [low, high] with low < high")
+        return bounds[:, 0], bounds[:, 1]
+
+    def read(self, path: Path) -> tuple[np.ndarray, np.ndarray]:
+        frame = pd.read_csv(path, low_memory=False)
+        if frame.empty:
+            raise DataFormatError(f"{path}: no data rows")
+        check_columns(frame, [self.label, *self.feature_names], path)
+        if frame[self.label].isna().any():
+            row = int(np.flatnonzero(frame[self.label].isna().to_numpy())[0])
+            raise DataFormatError(f"{path}: label column {self.label!r} has a missing value at {line_of(row)}")
+        return numeric_matrix(frame, self.feature_names, path), encode_labels(frame[self.label], self.classes, path)
+
+    def load(self) -> tuple[TensorData, TensorData]:
+        x, y = self.read(self.csv_file(self.path))
+        if self.test_path is not None:
+            train_x, train_y = x, y
+            test_x, test_y = self.read(self.csv_file(self.test_path))
+        else:
+            train_idx, test_idx = stratified_split(torch.from_numpy(y), self.test_fraction, self.split_seed)
+            train_x, train_y, test_x, test_y = x[train_idx], y[train_idx], x[test_idx], y[test_idx]
+        if self.scaling == "fit":  # non-private only (checked in __init__)
+            self.low, self.high = train_x.min(0), train_x.max(0)
+            self.high = np.where(self.high > self.low, self.high, self.low + 1)  # constant column -> 0
+        return self.tensor_data(train_x, train_y), self.tensor_data(test_x, test_y)
+
+    def tensor_data(self, x: np.ndarray, y: np.ndarray) -> TensorData:
+        if self.low is not None:
+            x = scale(x, self.low, self.high)
+        return TensorData(torch.from_numpy(x).float(), torch.from_numpy(y))
+
+    def to_original(self, x: torch.Tensor) -> torch.Tensor:
+        """Scaled records (e.g. generated ones) back to the units of the file."""
+        if self.low is None:
+            return x
+        low, high = (torch.as_tensor(v, dtype=x.dtype, device=x.device) for v in (self.low, self.high))
+        return low + x * (high - low)
+
+
+CREDIT_FEATURES = [f"V{i}" for i in range(1, 29)] + ["Amount"]
+
+
+class KaggleCreditDataModule(CSVDataModule):
+    """Kaggle credit-card fraud (Dal Pozzolo et al. 2015, as in PATE-GAN Sec. 5 and G-PATE Sec. 6.1):
+    `creditcard.csv` from `root`; the 29 features V1..V28 and Amount (Time is dropped), label Class
+    (0 normal, 1 fraud); stratified train/test split (`test_fraction`, `split_seed`)."""
+
+    def __init__(self, name: str = "kaggle_credit", test_fraction: float = 0.2, split_seed: int = 0,
+                 scaling: str = "public", default_range: list[float] | None = None,
+                 ranges: dict[str, list[float]] | None = None, **common):
+        super().__init__(path="creditcard.csv", label="Class", classes=[0, 1], class_names=["normal", "fraud"],
+                         features=CREDIT_FEATURES, test_fraction=test_fraction, split_seed=split_seed,
+                         scaling=scaling, default_range=default_range, ranges=ranges, name=name, **common)
+
+    def csv_file(self, path: str) -> Path:
+        return find_first(
+            self.name, path, [self.root / path, self.root / "kaggle_credit" / path],
+            "download it from https://www.kaggle.com/datasets/mlg-ulb/creditcardfraud (Kaggle account needed: "
+            "`kaggle datasets download -d mlg-ulb/creditcardfraud`), unzip and put creditcard.csv into "
+            f"{self.root}/ (or set data.root / $DPGEN_DATA)")

@@ -1,0 +1,83 @@
+"""`PrivateGenerator`: the base class every method (private or not) shares."""
+from __future__ import annotations
+
+import lightning.pytorch as pl
+import torch
+from torch import nn
+
+from dpgen.nn.generator import ConditionalImageGenerator, ConditionalTableGenerator, generate, latent
+
+
+class PrivateGenerator(pl.LightningModule):
+    """A conditional generator trained with manual optimization.
+
+    Contract used by the callbacks and the CLI:
+      - `generator`: the `nn.Module` that is released (snapshot / restored by `PrivacyBudget`);
+      - `ledger`: the `PrivacyLedger` every private release is written to (None for a non-private method);
+      - `step_cost_bound()`: worst-case RDP of the next step per bound, or None when unknown;
+      - `pld_ready`: True when every release is recorded with a PLD event (privacy.conversion=pld allowed);
+      - `sample(n, labels)`: `(x, y)` synthetic records on the CPU.
+    """
+
+    pld_ready = False
+
+    def __init__(self, shape: tuple[int, ...], num_classes: int, kind: str, z_dim: int = 100,
+                 generator: dict | None = None, class_probs: list[float] | None = None):
+        super().__init__()
+        self.automatic_optimization = False
+        self.shape, self.num_classes, self.kind, self.z_dim = tuple(shape), int(num_classes), kind, int(z_dim)
+        self.class_probs = None if class_probs is None else torch.as_tensor(class_probs, dtype=torch.float)
+        self.ledger = None
+        self.latent_dist = "uniform"  # U(-1, 1) as the reference DCGAN code; subclasses may choose "normal"
+        self.sample_batch_norm = None  # b: sample with BatchNorm statistics of batches of b (nn/generator.py)
+        self.net_g = self.build_generator(**(generator or {}))
+
+    def build_generator(self, **arch) -> nn.Module:
+        if self.kind == "image":
+            return ConditionalImageGenerator(self.shape, self.num_classes, z_dim=self.z_dim, **arch)
+        if self.kind == "table":
+            return ConditionalTableGenerator(self.shape, self.num_classes, z_dim=self.z_dim, **arch)
+        raise ValueError(f"unknown data kind {self.kind!r} (expected 'image' or 'table')")
+
+    @property
+    def generator(self) -> nn.Module:
+        return self.net_g
+
+    def latent(self, n: int) -> torch.Tensor:
+        """The generator's input noise, the same distribution in training and generation."""
+        return latent(n, self.z_dim, self.latent_dist, self.device)
+
+    def random_labels(self, n: int) -> torch.Tensor:
+        """Training labels of fake samples: uniform, or drawn from `class_probs` (e.g. G-PATE's private ratio)."""
+        if self.class_probs is None:
+            return torch.randint(0, self.num_classes, (n,), device=self.device)
+        return torch.multinomial(self.class_probs.to(self.device), n, replacement=True)
+
+    def sample_labels(self, n: int) -> torch.Tensor:
+        """Labels of a synthetic data set: balanced, or drawn from `class_probs`."""
+        if self.class_probs is None:
+            return torch.arange(n, device=self.device) % self.num_classes
+        return self.random_labels(n)
+
+    def step_cost_bound(self):
+        return None
+
+    def on_train_batch_start(self, batch, batch_idx):
+        # PrivacyBudget requests a stop before a step that could exceed the budget: -1 skips that step.
+        if self.trainer.should_stop:
+            return -1
+
+    def sample(self, n: int, labels: torch.Tensor | None = None, batch_size: int = 1000):
+        """`(x, y)` on the CPU: n synthetic records of the released generator (eval mode, or BatchNorm on batches
+        of `sample_batch_norm` samples when that is set)."""
+        labels = self.sample_labels(n) if labels is None else labels.to(self.device)
+        x = generate(self.generator, labels, self.z_dim, self.latent_dist, batch_size, self.sample_batch_norm)
+        return x, labels.cpu()
+
+    def release(self) -> dict:
+        """What `generate.py` needs to sample without this class: the generator module itself (on the CPU)
+        and how to feed it."""
+        return {"generator": self.generator, "z_dim": self.z_dim, "latent_dist": self.latent_dist,
+                "sample_batch_norm": self.sample_batch_norm,
+                "class_probs": None if self.class_probs is None else self.class_probs.tolist(),
+                "shape": list(self.shape), "num_classes": self.num_classes, "kind": self.kind}

@@ -1,0 +1,211 @@
+"""DP-GAN (Xie et al. 2018) as configured in G-PATE appendix E, and the DP-SGD machinery DP-CGAN shares.
+
+Design: the discriminator alone is private. It is an Opacus `GradSampleModule` (per-sample gradients) whose
+optimizer is an Opacus `DPOptimizer` (per-sample clipping to C, Gaussian noise sigma C, division by the
+expected batch size). The method draws its own Poisson batches (Opacus `DPDataLoader`, sampling rate
+q = batch_size / N, empty batches allowed) from `trainer.datamodule.train_data`; the datamodule's own loader
+only drives Lightning's steps and its batches are not used. One Lightning step = `critic_steps` DP-SGD
+discriminator steps (one Poisson batch each) + one generator step, so `global_step` counts generator steps.
+
+What is private: the real-data term of the discriminator loss, per sample, through the DPOptimizer. The
+fake-data term is a function of the current (already private) discriminator and of public noise only; its
+gradient is added after Opacus has clipped and noised the real part (DP-CGAN's scheme, Torkzadehmahani et
+al. 2019 Sec. 3; Xie et al. clip each (real, fake) pair's gradient together, which spends the same noise
+on less signal). The generator step freezes the discriminator, so no gradient is left on it.
+"""
+from __future__ import annotations
+
+import torch
+from opacus import GradSampleModule
+from opacus.data_loader import DPDataLoader
+from opacus.optimizers import DPOptimizer
+from opacus.validators import ModuleValidator
+from torch import nn
+from torch.nn.functional import binary_cross_entropy_with_logits as bce
+
+from dpgen.aggregation.noise import secret_generator
+from dpgen.methods.base import PrivateGenerator
+from dpgen.nn.discriminator import ConditionalDiscriminator
+from dpgen.nn.fc import FCDiscriminator, FCGenerator
+from dpgen.privacy.dpsgd import noise_multiplier_of, rdp_subsampled_gaussian
+from dpgen.privacy.ledger import NO_DATA_DEPENDENT_BOUND, PrivacyLedger
+from dpgen.privacy.pld import dpsgd_event
+from dpgen.privacy.rdp import DEFAULT_ORDERS
+
+MECHANISM = "dpsgd_discriminator"
+
+# Discriminator logits -> (real term summed over the Poisson batch, fake term, generator loss). The real term is
+# a sum so that an empty batch gives 0 and Opacus sees one gradient per sample; the DPOptimizer divides by the
+# expected batch size.
+OBJECTIVES = {
+    "wgan": (lambda d: -d.sum(), lambda d: d.mean(), lambda d: -d.mean()),  # maximise D(real) - D(fake)
+    "bce": (lambda d: bce(d, torch.ones_like(d), reduction="sum"), lambda d: bce(d, torch.zeros_like(d)),
+            lambda d: bce(d, torch.ones_like(d))),
+}
+OPTIMIZERS = {"rmsprop": torch.optim.RMSprop, "sgd": torch.optim.SGD, "adam": torch.optim.Adam}
+
+
+def make_optimizer(net: nn.Module, spec: dict) -> torch.optim.Optimizer:
+    spec = dict(spec)
+    name = spec.pop("name")
+    if name not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {name!r} (one of {sorted(OPTIMIZERS)})")
+    return OPTIMIZERS[name](net.parameters(), **spec)
+
+
+class DPSGDGAN(PrivateGenerator):
+    """Conditional GAN whose discriminator is trained with DP-SGD (Opacus). `objective`: "wgan" or "bce";
+    optimizers by name ("rmsprop", "sgd", "adam") with their keyword arguments."""
+
+    pld_ready = True  # every release is one DP-SGD step, recorded with its PLD event
+
+    def __init__(self, shape, num_classes, kind, z_dim: int = 128, batch_size: int = 64,
+                 noise_multiplier: float = 1.1, max_grad_norm: float = 1.0, critic_steps: int = 5,
+                 objective: str = "wgan", optimizer_g: dict | None = None, optimizer_d: dict | None = None,
+                 weight_clip: float | None = None,
+                 generator: dict | None = None, discriminator: dict | None = None, class_probs=None,
+                 secure_mode: bool = False, seed: int = 0):
+        super().__init__(shape, num_classes, kind, z_dim=z_dim, generator=generator, class_probs=class_probs)
+        self.batch_size, self.critic_steps = int(batch_size), int(critic_steps)
+        self.noise_multiplier, self.max_grad_norm = float(noise_multiplier), float(max_grad_norm)
+        if objective not in OBJECTIVES:
+            raise ValueError(f"unknown objective {objective!r} (one of {sorted(OBJECTIVES)})")
+        self.real_loss, self.fake_loss, self.generator_loss = OBJECTIVES[objective]
+        self.optimizer_g = dict(optimizer_g or {"name": "rmsprop", "lr": 5e-5})
+        self.optimizer_d = dict(optimizer_d or {"name": "rmsprop", "lr": 5e-5})
+        self.weight_clip = weight_clip
+        self.secure_mode, self.seed = secure_mode, int(seed)
+        self.net_d = GradSampleModule(self.private_discriminator(**(discriminator or {})), loss_reduction="sum")
+        self.orders = DEFAULT_ORDERS
+        self.ledger = PrivacyLedger(self.orders, aliases=NO_DATA_DEPENDENT_BOUND)
+        self.sample_rate: float | None = None
+        self.dp_optimizer: DPOptimizer | None = None
+        self._poisson_loader, self._poisson_batches = None, None
+        self._step_rdp = None
+
+    # nets
+
+    def build_generator(self, **arch) -> nn.Module:
+        return FCGenerator(self.shape, self.num_classes, z_dim=self.z_dim, **arch)
+
+    def build_discriminator(self, arch: str = "fc", **kwargs) -> nn.Module:
+        if arch == "fc":
+            return FCDiscriminator(self.shape, self.num_classes, **kwargs)
+        if arch == "conv":
+            return ConditionalDiscriminator(self.shape, self.num_classes, **kwargs)
+        raise ValueError(f"unknown discriminator arch {arch!r} (fc or conv)")
+
+    def private_discriminator(self, **arch) -> nn.Module:
+        """BatchNorm mixes samples, so per-sample clipping would not bound one record's influence: Opacus
+        replaces it by GroupNorm (and anything else it cannot handle), then checks the result."""
+        net = ModuleValidator.fix(self.build_discriminator(**arch))
+        ModuleValidator.validate(net, strict=True)
+        return net
+
+    # privacy
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit":
+            self.sample_rate = min(1.0, self.batch_size / len(self.trainer.datamodule.train_data))  # N is public
+
+    def on_train_start(self) -> None:
+        """Secret sampling and noise streams from the OS's entropy (aggregation/noise.py): not derivable from
+        the published seed, and fresh on resume, so no Poisson subset or noise is replayed."""
+        self._poisson_loader = DPDataLoader(self.trainer.datamodule.train_data, sample_rate=self.sample_rate,
+                                           generator=secret_generator())
+        self._poisson_batches = None
+        if not self.secure_mode:
+            self.dp_optimizer.generator = secret_generator(self.device)
+
+    def configure_optimizers(self):
+        opt_g, opt_d = make_optimizer(self.net_g, self.optimizer_g), make_optimizer(self.net_d, self.optimizer_d)
+        self.dp_optimizer = DPOptimizer(opt_d, noise_multiplier=self.noise_multiplier, max_grad_norm=self.max_grad_norm,
+                                        expected_batch_size=self.batch_size, loss_reduction="mean",
+                                        secure_mode=self.secure_mode)
+        return opt_g, self.dp_optimizer
+
+    def accounted_noise_multiplier(self) -> float:
+        """As the mechanism runs: the DPOptimizer's noise std over the sensitivity of one record's clipped gradient."""
+        opt = self.dp_optimizer
+        return noise_multiplier_of(opt.noise_multiplier * opt.max_grad_norm, opt.max_grad_norm)
+
+    def step_rdp(self):
+        """RDP of one generator step: `critic_steps` Poisson-subsampled Gaussian steps (Opacus' RDP analysis)."""
+        if self._step_rdp is None:
+            self._step_rdp = rdp_subsampled_gaussian(self.sample_rate, self.accounted_noise_multiplier(),
+                                                     self.critic_steps, self.orders)
+        return self._step_rdp
+
+    def step_cost_bound(self):
+        if self.sample_rate is None or self.dp_optimizer is None:
+            return None
+        return {"data_independent": self.step_rdp()}
+
+    def private_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The next Poisson batch (possibly empty); a new pass over the data when one ends."""
+        batch = next(self._poisson_batches, None) if self._poisson_batches is not None else None
+        if batch is None:
+            self._poisson_batches = iter(self._poisson_loader)
+            batch = next(self._poisson_batches)
+        x, y = batch
+        return x.to(self.device), y.to(self.device)
+
+    # training
+
+    def critic_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        opt = self.dp_optimizer
+        fake_y = self.random_labels(self.batch_size)
+        with torch.no_grad():
+            fake = self.net_g(self.latent(self.batch_size), fake_y)
+        opt.zero_grad()
+        params = [p for p in self.net_d.parameters() if p.requires_grad]
+        self.net_d.disable_hooks()  # the fake term is public given D: plain gradients, no per-sample work
+        fake_term = self.fake_loss(self.net_d(fake, fake_y))
+        fake_grads = torch.autograd.grad(fake_term, params)
+        self.net_d.enable_hooks()
+        real_term = self.real_loss(self.net_d(x, y))
+        self.manual_backward(real_term)
+        if opt.pre_step():  # Opacus: clip each sample to C, sum, add N(0, (sigma C)^2), divide by batch_size
+            for p, g in zip(params, fake_grads):
+                p.grad.add_(g)
+            opt.original_optimizer.step()
+        if self.weight_clip is not None:
+            with torch.no_grad():
+                for p in params:
+                    p.clamp_(-self.weight_clip, self.weight_clip)
+        return (real_term / self.batch_size + fake_term).detach()
+
+    def generator_step(self) -> torch.Tensor:
+        opt_g = self.optimizers()[0]
+        y = self.random_labels(self.batch_size)
+        self.net_d.requires_grad_(False)  # the generator step leaves nothing on the private discriminator
+        self.net_d.disable_hooks()
+        try:
+            g_loss = self.generator_loss(self.net_d(self.net_g(self.latent(self.batch_size), y), y))
+            opt_g.zero_grad()
+            self.manual_backward(g_loss)
+            opt_g.step()
+        finally:
+            self.net_d.enable_hooks()
+            self.net_d.requires_grad_(True)
+        return g_loss.detach()
+
+    def training_step(self, batch, batch_idx):
+        d_losses = [self.critic_step(*self.private_batch()) for _ in range(self.critic_steps)]
+        self.ledger.record(MECHANISM, {"data_independent": self.step_rdp()}, count=self.critic_steps,
+                           params={"sample_rate": self.sample_rate, "noise_multiplier": self.accounted_noise_multiplier(),
+                                   "max_grad_norm": self.max_grad_norm},
+                           event=dpsgd_event(self.sample_rate, self.accounted_noise_multiplier()))
+        g_loss = self.generator_step()
+        self.log_dict({"loss/d": torch.stack(d_losses).mean(), "loss/g": g_loss}, prog_bar=True)
+
+
+class DPGAN(DPSGDGAN):
+    """Xie et al. 2018 (G-PATE appendix E): WGAN with RMSProp, discriminator weights clipped to [-0.1, 0.1],
+    FC generator [128 (z), 256, 512, 784] and discriminator [784, 64, 64, 1] with 0.5 x ReLU activations
+    bounded to [-0.5, 0.5], the one-hot label concatenated to every layer, 5 critic steps per generator step."""
+
+    def __init__(self, shape, num_classes, kind, objective: str = "wgan", weight_clip: float | None = 0.1,
+                 critic_steps: int = 5, **kwargs):
+        super().__init__(shape, num_classes, kind, objective=objective, weight_clip=weight_clip,
+                         critic_steps=critic_steps, **kwargs)

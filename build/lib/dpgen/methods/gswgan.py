@@ -1,0 +1,154 @@
+"""GS-WGAN (Chen, Orekondy & Fritz, NeurIPS 2020): N_D critics on disjoint shards, warm-started
+non-privately; the generator learns only from sanitized gradients of one randomly chosen critic per step.
+
+Data: the method splits `trainer.datamodule.train_data` into N_D disjoint shards itself (a seeded
+permutation, as the reference's indices.npy); the datamodule's loader (n_teachers = 1) only drives steps.
+Critic i only ever sees shard i, its own pretraining generator and the released generator, so one record
+influences one critic: the premise of the accounting in dpgen.privacy.gswgan.
+
+Warm start: the critics' non-private pretraining is saved to `<run dir>/pretrained_critics.pt` together with
+the shard table, and `pretrained_critics=<file>` starts another run from it (the reference's pretrain /
+--load_dir split), e.g. the same critics for several budgets. It is refused unless the shards are the same, so
+critic i has still seen shard i only.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+
+from dpgen.aggregation.noise import secret_generator
+from dpgen.aggregation.gradient_sanitizer import SanitizerParams, sanitize
+from dpgen.methods.base import PrivateGenerator
+from dpgen.nn.critic import CriticEnsemble
+from dpgen.privacy.gswgan import BOUND_ALIASES, GSWGAN_ORDERS
+from dpgen.privacy.ledger import PrivacyLedger
+
+MECHANISM = "gswgan_sanitizer"
+
+
+class GSWGAN(PrivateGenerator):
+    """Per Lightning step (reference source/main.py): draw critic j uniformly; `critic_steps` WGAN-GP steps of
+    critic j on batches of its shard against the current generator; then one generator step whose only
+    gradient is the sanitized d(-D_j(G(z, y)))/d G(z, y) of each of the `batch_size` samples; then the EMA.
+
+    `net_g` (what `generator`, `sample` and the checkpoints release) is the EMA of the trained generator
+    `net_train` (decay min(1 - 1/(t+1), 0.999), the reference's exp_mov_avg)."""
+
+    def __init__(self, shape, num_classes, kind, z_dim: int = 10, batch_size: int = 32, n_discriminators: int = 1000,
+                 critic_steps: int = 5, lr: float = 1e-4, betas: tuple[float, float] = (0.5, 0.9),
+                 ema_decay: float = 0.999, sanitizer: dict | None = None, critics: dict | None = None,
+                 pretrain: dict | None = None, pretrained_critics: str | None = None, generator: dict | None = None,
+                 class_probs=None, seed: int = 0):
+        if kind != "image":
+            raise ValueError("GS-WGAN is defined for images (its critics are convolutional)")
+        super().__init__(shape, num_classes, kind, z_dim=z_dim, generator=generator, class_probs=class_probs)
+        self.batch_size, self.n_discriminators = int(batch_size), int(n_discriminators)
+        self.critic_steps, self.lr, self.betas, self.ema_decay = int(critic_steps), lr, tuple(betas), ema_decay
+        self.seed = int(seed)
+        self.net_train = copy.deepcopy(self.net_g)
+        self.sanitizer = SanitizerParams(n_discriminators=self.n_discriminators, **(sanitizer or {}))
+        self.critics = CriticEnsemble(self.n_discriminators, self.shape, self.num_classes, lr=lr, betas=self.betas,
+                                      seed=self.seed, **(critics or {}))
+        self.pretrain_args = dict(pretrain or {})
+        self.pretrained_critics = pretrained_critics
+        self.register_buffer("pretrained", torch.zeros((), dtype=torch.bool))
+        self.orders = GSWGAN_ORDERS
+        self.ledger = PrivacyLedger(self.orders, aliases=BOUND_ALIASES)
+        self.rng = secret_generator()  # choice of critic, batches and sanitizer noise (aggregation/noise.py)
+        self.shards: torch.Tensor | None = None
+        self._step_rdp = None
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.net_train.parameters(), lr=self.lr, betas=self.betas)
+
+    # data
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit" and self.shards is None:
+            n = len(self.trainer.datamodule.train_data)
+            if n < self.n_discriminators:
+                raise ValueError(f"{self.n_discriminators} discriminators need at least as many records, got {n}")
+            order = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed))
+            # equal shards (the reference drops the remainder too): a (N_D, n // N_D) index table
+            self.shards = order[: n - n % self.n_discriminators].view(self.n_discriminators, -1)
+
+    def shard_batch(self, s: int, e: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """A batch drawn without replacement from each of the shards s..e-1: x (e-s, b, *shape), y (e-s, b)."""
+        table = self.shards[s:e]
+        b = min(self.batch_size, table.shape[1])
+        pick = torch.rand(table.shape, generator=self.rng).argsort(dim=1)[:, :b]
+        x, y = self.trainer.datamodule.train_data[table.gather(1, pick)]
+        return x.to(self.device), y.to(self.device)
+
+    def on_fit_start(self) -> None:
+        if bool(self.pretrained):
+            return
+        if self.pretrained_critics:
+            self.load_pretrained_critics(self.pretrained_critics)
+        else:
+            self.critics.pretrain(self.shard_batch, seed=self.seed + 2, **self.pretrain_args)
+            if self.trainer.is_global_zero:
+                folder = Path(self.trainer.default_root_dir)
+                folder.mkdir(parents=True, exist_ok=True)
+                torch.save({"shards": self.shards, "critics": self.critics.state_dict()},
+                           folder / "pretrained_critics.pt")
+        self.pretrained.fill_(True)
+
+    def load_pretrained_critics(self, path: str) -> None:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"pretrained_critics: no file {path} (a run folder's pretrained_critics.pt)")
+        state = torch.load(path, map_location=self.device)
+        if not torch.equal(state["shards"].cpu(), self.shards.cpu()):  # False on other shapes too
+            raise ValueError(f"pretrained_critics {path} were pretrained on other shards (another seed, data set or "
+                             "n_discriminators): critic i may only have seen shard i")
+        try:
+            self.critics.load_state_dict(state["critics"])
+        except RuntimeError as err:
+            raise ValueError(f"pretrained_critics {path} do not fit these critics (critics.model_dim?): {err}") from err
+
+    # privacy
+
+    def step_rdp(self) -> dict:
+        if self._step_rdp is None:
+            self._step_rdp = self.sanitizer.rdp(self.batch_size, self.orders)
+        return self._step_rdp
+
+    def step_cost_bound(self):
+        return self.step_rdp()  # known before the step, under both bounds
+
+    # training
+
+    def training_step(self, batch, batch_idx):
+        j = int(torch.randint(self.n_discriminators, (1,), generator=self.rng))  # the subsampling of the accounting
+        for _ in range(self.critic_steps):
+            real_x, real_y = self.shard_batch(j, j + 1)
+            with torch.no_grad():
+                fake_x = self.net_train(self.latent(real_y.shape[1]), real_y[0]).unsqueeze(0)
+            d_loss = self.critics.train_step(j, j + 1, real_x, real_y, fake_x, self.rng)[0]
+        y = self.random_labels(self.batch_size)
+        fake = self.net_train(self.latent(self.batch_size), y)
+        probe = fake.detach().requires_grad_(True)
+        score = self.critics.score(j, probe, y)
+        (grads,) = torch.autograd.grad(-score.sum(), probe)  # row i: d(-D_j(x_i)) / d x_i
+        private, rdp = sanitize(grads, self.sanitizer, self.orders, self.rng)
+        self.ledger.record(MECHANISM, rdp, params={
+            "n_discriminators": self.n_discriminators, "batch_size": self.batch_size,
+            "noise_multiplier": self.sanitizer.noise_multiplier, "clip": self.sanitizer.clip})
+        opt = self.optimizers()
+        opt.zero_grad()
+        steps_before = self.global_step
+        self.manual_backward(fake, private / self.batch_size)  # the generator sees the sanitized gradient only
+        opt.step()
+        self.update_ema(steps_before)
+        self.log_dict({"loss/d": d_loss, "loss/g": -score.detach().mean()}, prog_bar=True)
+
+    @torch.no_grad()
+    def update_ema(self, t: int) -> None:
+        """After the generator's step t (0-based): EMA <- decay EMA + (1 - decay) G, decay = min(1 - 1/(t+1), 0.999)."""
+        decay = min(1 - 1 / (t + 1), self.ema_decay)
+        for ema, p in zip(self.net_g.parameters(), self.net_train.parameters()):
+            ema.mul_(decay).add_(p, alpha=1 - decay)
+        for ema, b in zip(self.net_g.buffers(), self.net_train.buffers()):
+            ema.copy_(b)

@@ -1,0 +1,247 @@
+"""PATE-TripleGAN (PATE-TripleGAN paper, section 4): generator, classifier and student discriminator in a
+Triple-GAN game; teachers judge real / fake "data-label" pairs on disjoint partitions of the labelled data.
+
+Data. The datamodule splits the training set into round(n_teachers / percent) fixed disjoint partitions
+(its `n_teachers`, the config's top-level value): the first `n_teachers` partitions are the labelled data, one
+per teacher, the others the unlabelled data, whose labels are never read. Each Lightning batch is the
+datamodule's teacher batch; row t < n_teachers (teacher t's own partition only) is split into
+`teacher_steps` chunks. The DP-SGD batches are Poisson samples of all N records, drawn here (as DP-GAN does).
+
+Per generator iteration: `teacher_steps` teacher steps (own labelled pairs real, generator pairs fake, eq. 9);
+`student_steps` student steps of the hybrid desensitization (section 4.3): (a) `batch_size` generator pairs
+labelled by Confident-GNMax votes of the teachers, learned where answered, weight 1 - alpha (eq. 12); (b) a
+Poisson batch (rate batch_size / N) of private records paired with the classifier's label, learned with
+DP-SGD (Opacus: per-record clip, Gaussian noise), weight alpha (eq. 11); then one classifier step and one
+generator step. Every release is recorded before the step's result is kept, and `step_cost_bound()` gives
+the data-independent worst case (all queries answered), so the budget stops before it is exceeded.
+
+Two deliberate deviations, both to keep DP-SGD's per-record sensitivity true (docs/PRIVACY.md):
+  - the target of a classifier pair is decided by its own record: real iff the record is labelled and the
+    classifier agrees with its label, fake otherwise (Triple-GAN's "classifier pairs are fake"). The paper's
+    noiseless teacher vote would make every record's gradient depend on a whole teacher partition, which
+    the per-record clipping does not bound.
+  - the classifier learns only from generator pairs (Triple-GAN's pseudo-discriminative loss R_P). Learning
+    from labelled or unlabelled private records directly would make its label of one record depend on other
+    records, outside DP-SGD's accounting.
+"""
+from __future__ import annotations
+
+import torch
+from opacus import GradSampleModule
+from opacus.data_loader import DPDataLoader
+from opacus.optimizers import DPOptimizer
+from opacus.validators import ModuleValidator
+from torch import nn
+from torch.nn.functional import binary_cross_entropy_with_logits as bce
+from torch.nn.functional import cross_entropy
+from torch.utils.data import TensorDataset
+
+from dpgen.aggregation import hybrid
+from dpgen.aggregation.noise import secret_generator
+from dpgen.methods.base import PrivateGenerator
+from dpgen.nn.classifier import CNNClassifier
+from dpgen.nn.discriminator import ConditionalDiscriminator
+from dpgen.nn.ensemble import TeacherEnsemble
+from dpgen.nn.generator import ConditionalMLP
+from dpgen.privacy.ledger import NO_DATA_DEPENDENT_BOUND, PrivacyLedger
+from dpgen.privacy.rdp import DEFAULT_ORDERS
+
+
+class PATETripleGAN(PrivateGenerator):
+    """percent: labelled fraction; alpha: Triple-GAN's weight of classifier pairs in the student's loss;
+    sigma1 / sigma2 / threshold: Confident-GNMax; noise_multiplier / max_grad_norm: DP-SGD on classifier
+    pairs; accounting: "rdp" (a bound) or "clt" (the paper's asymptotic mu) for the DP-SGD part."""
+
+    def __init__(self, shape, num_classes, kind, n_teachers: int = 100, percent: float = 0.8,
+                 batch_size: int = 128, teacher_steps: int = 3, student_steps: int = 1, alpha: float = 0.5,
+                 sigma1: float = 300.0, sigma2: float = 300.0, threshold: float = 0.5,
+                 noise_multiplier: float = 0.4, max_grad_norm: float = 1.0, accounting: str = "rdp",
+                 z_dim: int = 100, lr: float = 2e-4, beta1: float = 0.5, generator: dict | None = None,
+                 student: dict | None = None, classifier: dict | None = None, teachers: dict | None = None,
+                 class_probs=None, seed: int = 0):
+        super().__init__(shape, num_classes, kind, z_dim=z_dim, generator=generator, class_probs=class_probs)
+        if not 0 < percent <= 1:
+            raise ValueError(f"percent must be in (0, 1], got {percent}")
+        if not 0 <= alpha <= 1:
+            raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+        self.n_teachers, self.percent = int(n_teachers), float(percent)
+        self.batch_size, self.teacher_steps, self.student_steps = int(batch_size), int(teacher_steps), int(student_steps)
+        self.alpha, self.max_grad_norm, self.lr, self.beta1 = float(alpha), float(max_grad_norm), lr, beta1
+        self.hybrid = hybrid.HybridParams(sigma1, sigma2, threshold, noise_multiplier, accounting)
+        self.student = GradSampleModule(self.opacus_ready(self.build_student(**(student or {}))),
+                                        loss_reduction="sum")
+        self.classifier = self.build_classifier(**(classifier or {}))
+        self.ensemble = TeacherEnsemble(self.n_teachers, self.shape, self.num_classes, seed=seed,
+                                        **{"lr": lr, "betas": (beta1, 0.999), **(teachers or {})})
+        self.orders = DEFAULT_ORDERS
+        self.ledger = PrivacyLedger(self.orders, aliases=NO_DATA_DEPENDENT_BOUND)
+        self.sample_rate: float | None = None
+        self.dp_optimizer: DPOptimizer | None = None
+        self.data = self.labelled = None
+        self._poisson_loader = self._poisson_batches = self.noise = None
+
+    # nets
+
+    def build_student(self, **arch) -> nn.Module:
+        if self.kind == "image":
+            return ConditionalDiscriminator(self.shape, self.num_classes, **arch)
+        (features,) = self.shape
+        hidden = tuple(arch.pop("hidden", (features, max(features // 2, 1), features)))
+        return ConditionalMLP(features, 1, self.num_classes, hidden, activation="leaky_relu", **arch)
+
+    @staticmethod
+    def opacus_ready(net: nn.Module) -> nn.Module:
+        """BatchNorm mixes records, so per-record clipping would not bound one record: GroupNorm instead."""
+        net = ModuleValidator.fix(net)
+        ModuleValidator.validate(net, strict=True)
+        return net
+
+    def build_classifier(self, **arch) -> nn.Module:
+        if self.kind == "image":
+            channels, height, width = self.shape
+            return CNNClassifier(channels, self.num_classes, (height, width), **arch)
+        (features,) = self.shape
+        hidden = int(arch.get("hidden", 2 * features))
+        return nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, self.num_classes))
+
+    def configure_optimizers(self):
+        betas = (self.beta1, 0.999)
+        opt_g = torch.optim.Adam(self.net_g.parameters(), lr=self.lr, betas=betas)
+        opt_c = torch.optim.Adam(self.classifier.parameters(), lr=self.lr, betas=betas)
+        self.dp_optimizer = DPOptimizer(torch.optim.Adam(self.student.parameters(), lr=self.lr, betas=betas),
+                                        noise_multiplier=self.hybrid.noise_multiplier,
+                                        max_grad_norm=self.max_grad_norm, expected_batch_size=self.batch_size,
+                                        loss_reduction="mean")
+        return opt_g, opt_c, self.dp_optimizer
+
+    # data and privacy
+
+    def partitions_needed(self) -> int:
+        return round(self.n_teachers / self.percent)
+
+    def setup(self, stage: str) -> None:
+        if stage != "fit" or self.data is not None:
+            return
+        dm = self.trainer.datamodule
+        if dm.n_teachers != self.partitions_needed():
+            raise ValueError(f"percent={self.percent} with {self.n_teachers} teachers needs the datamodule split into "
+                             f"{self.partitions_needed()} partitions (method.n_teachers), got {dm.n_teachers}")
+        self.data = dm.train_data
+        self.labelled = torch.zeros(len(self.data), dtype=torch.bool)
+        self.labelled[torch.cat(dm.partitions[:self.n_teachers])] = True  # data-independent: a seeded split
+        self.sample_rate = min(1.0, self.batch_size / len(self.data))  # N is public
+
+    def on_train_start(self) -> None:
+        """Secret Poisson sampling and vote / DP-SGD noise from the OS's entropy, fresh on resume."""
+        self._poisson_loader = DPDataLoader(TensorDataset(torch.arange(len(self.data))), sample_rate=self.sample_rate,
+                                           generator=secret_generator())
+        self._poisson_batches = None
+        self.noise = secret_generator(self.device)
+        self.dp_optimizer.generator = secret_generator(self.device)
+
+    @property
+    def pld_ready(self) -> bool:
+        """Votes are Gaussians; the DP-SGD part has a PLD event unless accounted by the central-limit mu."""
+        return self.hybrid.accounting == "rdp"
+
+    def step_cost_bound(self):
+        if self.sample_rate is None:
+            return None
+        return hybrid.worst_case_step(self.hybrid, self.student_steps * self.batch_size, self.student_steps,
+                                      self.sample_rate, self.orders)
+
+    def private_batch(self):
+        """Poisson batch of record indices (possibly empty) over all N records."""
+        batch = next(self._poisson_batches, None) if self._poisson_batches is not None else None
+        if batch is None:
+            self._poisson_batches = iter(self._poisson_loader)
+            batch = next(self._poisson_batches)
+        idx = batch[0].long()
+        x, y = self.data[idx]
+        return x.to(self.device), y.to(self.device), self.labelled[idx].to(self.device)
+
+    # training
+
+    def judge(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The student discriminator's logit (n,) for data-label pairs."""
+        return self.student(x, y).view(-1)
+
+    def fake_batch(self, n: int):
+        y = self.random_labels(n)
+        return self.net_g(self.latent(n), y), y
+
+    def teacher_step(self, real_x: torch.Tensor, real_y: torch.Tensor) -> torch.Tensor:
+        """Equation 9: each teacher's own labelled pairs are real, one batch of generator pairs is fake."""
+        with torch.no_grad():
+            fake, fake_y = self.fake_batch(real_x.shape[1])
+        return self.ensemble.train_step(real_x, real_y, fake, fake_y).mean()
+
+    def student_step(self) -> torch.Tensor:
+        # (a) generator pairs: Confident-GNMax labels, released and charged; public given them
+        with torch.no_grad():
+            u, uy = self.fake_batch(self.batch_size)
+        release = hybrid.noisy_vote(self.ensemble.predict_logits(u, uy), self.hybrid, self.noise)
+        hybrid.record(self.ledger, self.hybrid, release, self.sample_rate)
+        keep = torch.as_tensor(release.answered, device=self.device)
+        target = torch.as_tensor(release.labels, dtype=u.dtype, device=self.device)[keep]
+        opt = self.dp_optimizer
+        opt.zero_grad()
+        params = [p for p in self.student.parameters() if p.requires_grad]
+        self.student.disable_hooks()
+        gen_loss = (1 - self.alpha) * (bce(self.judge(u[keep], uy[keep]), target) if keep.any()
+                                       else u.sum() * 0)
+        gen_grads = torch.autograd.grad(gen_loss, params, allow_unused=True)
+        self.student.enable_hooks()
+        # (b) classifier pairs: each record judged by itself, then DP-SGD (clip per record, noise)
+        x, y, labelled = self.private_batch()
+        with torch.no_grad():
+            yc = self.classifier(x).argmax(1) if len(x) else y
+        real = (labelled & (yc == y)).to(x.dtype)
+        cls_loss = self.alpha * bce(self.judge(x, yc), real, reduction="sum")
+        self.manual_backward(cls_loss)
+        if opt.pre_step():  # Opacus: clip each record's gradient, sum, add N(0, (sigma C)^2), divide by batch_size
+            for p, g in zip(params, gen_grads):
+                if g is not None:
+                    p.grad.add_(g)
+            opt.original_optimizer.step()
+        return (cls_loss / self.batch_size + gen_loss).detach()
+
+    def classifier_step(self) -> torch.Tensor:
+        """Triple-GAN's R_P: the classifier learns the generator's pairs (post-processing of released state)."""
+        with torch.no_grad():
+            x, y = self.fake_batch(self.batch_size)
+        loss = cross_entropy(self.classifier(x), y)
+        opt = self.optimizers()[1]
+        opt.zero_grad()
+        self.manual_backward(loss)
+        opt.optimizer.step()
+        return loss.detach()
+
+    def generator_step(self) -> torch.Tensor:
+        fake, y = self.fake_batch(self.batch_size)
+        self.student.requires_grad_(False)
+        self.student.disable_hooks()
+        try:
+            loss = (1 - self.alpha) * bce(self.judge(fake, y), torch.ones(len(y), device=self.device))
+            opt = self.optimizers()[0]
+            opt.zero_grad()
+            self.manual_backward(loss)
+            opt.step()
+        finally:
+            self.student.enable_hooks()
+            self.student.requires_grad_(True)
+        return loss.detach()
+
+    def training_step(self, batch, batch_idx):
+        real_x, real_y = batch[0][:self.n_teachers], batch[1][:self.n_teachers]  # the labelled partitions
+        b = real_x.shape[1] // self.teacher_steps
+        if b < 1:
+            raise ValueError(f"teacher batch of {real_x.shape[1]} records cannot feed {self.teacher_steps} teacher "
+                             "steps: raise method.batch_size")
+        t_loss = torch.stack([self.teacher_step(real_x[:, i * b:(i + 1) * b], real_y[:, i * b:(i + 1) * b])
+                              for i in range(self.teacher_steps)]).mean()
+        d_loss = torch.stack([self.student_step() for _ in range(self.student_steps)]).mean()
+        c_loss = self.classifier_step()
+        g_loss = self.generator_step()
+        self.log_dict({"loss/teachers": t_loss, "loss/student": d_loss, "loss/classifier": c_loss,
+                       "loss/g": g_loss}, prog_bar=True)

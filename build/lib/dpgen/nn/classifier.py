@@ -1,0 +1,77 @@
+"""Image classifiers used to evaluate synthetic data.
+
+`CNNClassifier` is the downstream CNN of G-PATE appendix E ("two convolutional layers with
+32 and 64 kernels respectively ... ReLU ... dropout on all layers"). The same module with
+no dropout on the convolutions and a wider head serves as the domain classifier of
+appendix F (the feature extractor for IS / FID): see `domain_classifier`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class CNNClassifier(nn.Module):
+    """conv(32) -> ReLU -> pool -> dropout -> conv(64) -> ReLU -> pool -> dropout -> fc(hidden) -> ReLU -> dropout -> fc.
+
+    `features(x)` returns the penultimate activations (after the hidden layer), `forward(x)` the logits.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        num_classes: int,
+        image_size: int | tuple[int, int],
+        channels: tuple[int, int] = (32, 64),
+        hidden: int = 128,
+        dropout: float = 0.25,
+        conv_dropout: float | None = None,
+    ):
+        super().__init__()
+        height, width = (image_size, image_size) if isinstance(image_size, int) else image_size
+        conv_dropout = dropout if conv_dropout is None else conv_dropout
+        self.config = dict(
+            in_channels=in_channels,
+            num_classes=num_classes,
+            image_size=(height, width),
+            channels=tuple(channels),
+            hidden=hidden,
+            dropout=dropout,
+            conv_dropout=conv_dropout,
+        )
+        first, second = channels
+        # G-PATE appendix E: two conv layers with 32 and 64 kernels, ReLU, dropout on all layers.
+        self.body = nn.Sequential(
+            nn.Conv2d(in_channels, first, kernel_size=3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Dropout(conv_dropout),
+            nn.Conv2d(first, second, kernel_size=3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Dropout(conv_dropout),
+            nn.Flatten(),
+            nn.Linear(second * (height // 4) * (width // 4), hidden),
+            nn.ReLU(),
+            nn.Dropout(dropout),
+        )
+        self.head = nn.Linear(hidden, num_classes)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(x))
+
+
+def downstream_cnn(in_channels: int, num_classes: int, image_size: int | tuple[int, int]) -> CNNClassifier:
+    """The appendix E evaluation CNN: dropout 0.25 after each conv block and 0.5 before the output layer."""
+    return CNNClassifier(in_channels, num_classes, image_size, hidden=128, dropout=0.5, conv_dropout=0.25)
+
+
+def domain_classifier(in_channels: int, num_classes: int, image_size: int | tuple[int, int],
+                      channels: tuple[int, int] = (32, 64)) -> CNNClassifier:
+    """The appendix F domain classifier (a CNN trained on real data); its 256 hidden units are the FID features."""
+    return CNNClassifier(in_channels, num_classes, image_size, channels=channels, hidden=256, dropout=0.3,
+                         conv_dropout=0.0)

@@ -1,0 +1,88 @@
+"""Fully connected conditional nets: DP-GAN's (G-PATE appendix E) and DP-CGAN's (Torkzadehmahani et al. 2019)."""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class HalfReLU(nn.Module):
+    """0.5 * ReLU(x), optionally clamped to [-bound, bound] (G-PATE appendix E, DP-GAN: "0.5 x ReLU activation
+    layers ... kept feature's value between [-0.5, 0.5] during the forward process")."""
+
+    def __init__(self, bound: float | None = None):
+        super().__init__()
+        self.bound = bound
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = 0.5 * F.relu(x)
+        return x if self.bound is None else x.clamp(-self.bound, self.bound)
+
+
+def activation(name: str, bound: float | None) -> nn.Module:
+    if name == "half_relu":
+        return HalfReLU(bound)
+    if name == "relu":
+        return nn.ReLU()
+    if name == "leaky_relu":
+        return nn.LeakyReLU(0.2)
+    raise ValueError(f"unknown activation {name!r} (half_relu, relu, leaky_relu)")
+
+
+class ConditionalFC(nn.Module):
+    """in_dim -> hidden... -> out_dim, the one-hot label concatenated to the input of every layer
+    (`label_every_layer`, DP-GAN) or to the first layer only (DP-CGAN's reference nets)."""
+
+    def __init__(self, in_dim: int, out_dim: int, num_classes: int, hidden: Sequence[int],
+                 activation_name: str = "relu", feature_bound: float | None = None,
+                 label_every_layer: bool = True, batch_norm: bool = False):
+        super().__init__()
+        self.num_classes, self.label_every_layer = num_classes, label_every_layer
+        dims = [in_dim, *hidden, out_dim]
+        self.linears = nn.ModuleList()
+        for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+            self.linears.append(nn.Linear(a + (num_classes if i == 0 or label_every_layer else 0), b))
+        self.norms = nn.ModuleList(nn.BatchNorm1d(b) if batch_norm else nn.Identity() for b in hidden)
+        self.acts = nn.ModuleList(activation(activation_name, feature_bound) for _ in hidden)
+
+    def forward(self, h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        onehot = (y.unsqueeze(-1) == torch.arange(self.num_classes, device=y.device)).to(h.dtype)
+        for i, linear in enumerate(self.linears):
+            if i == 0 or self.label_every_layer:
+                h = torch.cat([h, onehot], 1)
+            h = linear(h)
+            if i < len(self.acts):
+                h = self.acts[i](self.norms[i](h))
+        return h
+
+
+class FCGenerator(nn.Module):
+    """[z, y] -> a record of `shape` in [0, 1] (sigmoid output)."""
+
+    def __init__(self, shape: Sequence[int], num_classes: int, z_dim: int = 128, hidden: Sequence[int] = (256, 512),
+                 activation: str = "half_relu", feature_bound: float | None = 0.5, label_every_layer: bool = True):
+        super().__init__()
+        self.shape, self.z_dim = tuple(shape), z_dim
+        self.net = ConditionalFC(z_dim, math.prod(self.shape), num_classes, tuple(hidden), activation,
+                                 feature_bound, label_every_layer)
+
+    def forward(self, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.net(z, y)).view(-1, *self.shape)
+
+
+class FCDiscriminator(nn.Module):
+    """D(x, y) -> logit (b,). Any record shape (images are flattened)."""
+
+    def __init__(self, shape: Sequence[int], num_classes: int, hidden: Sequence[int] = (64, 64),
+                 activation: str = "half_relu", feature_bound: float | None = 0.5, label_every_layer: bool = True,
+                 batch_norm: bool = False):
+        super().__init__()
+        self.shape = tuple(shape)
+        self.net = ConditionalFC(math.prod(self.shape), 1, num_classes, tuple(hidden), activation, feature_bound,
+                                 label_every_layer, batch_norm)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.net(x.flatten(1), y).squeeze(1)

@@ -1,0 +1,12 @@
+"""Mechanisms and accountants: plain numpy functions over RDP orders, and the PrivacyLedger.
+
+Modules: rdp (orders, RDP -> (eps, delta)), pate (Confident-GNMax), pategan (Laplace PATE moments
+accountant), dpsgd (subsampled Gaussian via Opacus), gdp (Gaussian DP), laplace (released counts),
+ledger (PrivacyLedger), plan (steps within a budget), pld (privacy loss distributions via dp_accounting).
+See docs/PRIVACY.md.
+"""
+
+from .ledger import PrivacyLedger
+from .rdp import DEFAULT_ORDERS, eps_from_rdp
+
+__all__ = ["DEFAULT_ORDERS", "PrivacyLedger", "eps_from_rdp"]

@@ -1,0 +1,76 @@
+"""Privacy loss distributions: a tight and sound (eps, delta) for compositions of Gaussian and Poisson-subsampled
+Gaussian releases, by Google's dp_accounting PLD accountant (Koskela et al. 2020; Doroshenko et al. 2022).
+
+RDP overstates epsilon badly at small noise (PATE-TripleGAN's DP-SGD noise 0.4); the PLD of those releases is
+composed exactly up to a pessimistic discretization, so its epsilon is an upper bound, not an approximation like
+the central-limit mu of Bu et al. 2020. A release is described by a plain dict (kept in ledgers and checkpoints):
+  {"kind": "gaussian", "noise_multiplier": s}                         N(0, (s * sensitivity)^2) added once;
+  {"kind": "poisson_gaussian", "sample_rate": q, "noise_multiplier": s}  one DP-SGD step (Poisson rate q).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .dpsgd import check_sampled_gaussian
+from .rdp import check_delta
+
+KINDS = {"gaussian": ("noise_multiplier",), "poisson_gaussian": ("sample_rate", "noise_multiplier")}
+# Pessimistic discretization of the privacy loss: epsilon stays an upper bound, a little above the exact value.
+# Measured against 1e-4 (3-12x slower): +4e-5 at PATE-TripleGAN's paper settings (300 steps, eps 9.13), +0.03
+# at DP-GAN's (16,160 steps at q = 64/60000, sigma 1.1, eps 0.56).
+DISCRETIZATION = 1e-3
+
+
+def check_event(event: dict) -> dict:
+    """The event as a plain dict of floats, or ValueError naming what is wrong."""
+    if not isinstance(event, dict) or event.get("kind") not in KINDS:
+        raise ValueError(f"a PLD event is a dict with kind in {sorted(KINDS)}, got {event!r}")
+    fields = KINDS[event["kind"]]
+    if set(event) != {"kind", *fields}:
+        raise ValueError(f"a {event['kind']!r} event has exactly the fields {fields}, got {sorted(event)}")
+    plain = {"kind": event["kind"], **{f: float(event[f]) for f in fields}}
+    check_sampled_gaussian(plain.get("sample_rate", 1.0), plain["noise_multiplier"], 1)
+    return plain
+
+
+def gaussian_of_mu(mu: float) -> dict:
+    """mu-GDP is exactly the Gaussian mechanism with sensitivity 1 and noise std 1 / mu (Dong et al. 2022)."""
+    if not mu > 0:
+        raise ValueError(f"mu must be > 0, got {mu}")
+    return {"kind": "gaussian", "noise_multiplier": 1.0 / float(mu)}
+
+
+def dpsgd_event(sample_rate: float, noise_multiplier: float) -> dict:
+    """One DP-SGD step: Poisson sampling at `sample_rate`, Gaussian noise std noise_multiplier x clip norm."""
+    return check_event({"kind": "poisson_gaussian", "sample_rate": sample_rate, "noise_multiplier": noise_multiplier})
+
+
+def _dp_event(event: dict):
+    import dp_accounting  # imported here: loads in about a second, and only PLD users need it
+
+    gaussian = dp_accounting.GaussianDpEvent(event["noise_multiplier"])
+    if event["kind"] == "gaussian":
+        return gaussian
+    return dp_accounting.PoissonSampledDpEvent(event["sample_rate"], gaussian)
+
+
+def epsilon_pld(events: Iterable[tuple[dict, int]], delta: float) -> float:
+    """Smallest eps such that the composition of `count` releases of each event is (eps, delta)-DP
+    (add-or-remove-one neighbours, as Opacus' DP-SGD accountants)."""
+    from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
+
+    delta = check_delta(delta)
+    accountant = PLDAccountant(value_discretization_interval=DISCRETIZATION)
+    for event, count in events:
+        if int(count) != count or count < 0:
+            raise ValueError(f"count must be a non-negative integer, got {count}")
+        if count:
+            accountant.compose(_dp_event(check_event(event)), int(count))
+    return max(float(accountant.get_epsilon(delta)), 0.0)
+
+
+def compose_gdp(events: Iterable[tuple[dict, int]], mu: float) -> list[tuple[dict, int]]:
+    """`events` plus one mu-GDP release (nothing added for mu = 0)."""
+    events = list(events)
+    return events + [(gaussian_of_mu(mu), 1)] if mu > 0 else events
