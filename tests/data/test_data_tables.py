@@ -74,7 +74,7 @@ def test_csv_fit_scaling_uses_training_min_max(tmp_path):
 
 
 def test_csv_fit_scaling_refused_for_private_methods(tmp_path):
-    with pytest.raises(DataConfigError, match="rule 4"):
+    with pytest.raises(DataConfigError, match="private training data, which no privacy mechanism pays for"):
         CSVDataModule(path=write(tmp_path, TABLE), label="target", classes=["no", "yes"], scaling="fit")
 
 
