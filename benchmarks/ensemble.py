@@ -20,7 +20,7 @@ from torch.nn.functional import binary_cross_entropy_with_logits as bce
 
 from dpgen.aggregation.dpgradagg import vote_histograms
 from dpgen.nn.discriminator import ConditionalDiscriminator
-from dpgen.nn.ensemble import TeacherEnsemble, key
+from dpgen.nn.ensemble import TeacherEnsemble
 
 SHAPE, CLASSES, BATCH = (1, 28, 28), 10, 15
 GB = 1e9

@@ -1,14 +1,18 @@
 """`pip install .` (not only an editable install) ships the Hydra configs and the entry points."""
+import shutil
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 
 
 @pytest.mark.slow
 def test_wheel_holds_the_configs_and_an_installed_copy_finds_them(tmp_path):
-    root = __import__("pathlib").Path(__file__).resolve().parents[2]
+    # a copy, so that the build's own build/ folder never lands in the working tree
+    root = shutil.copytree(Path(__file__).resolve().parents[2], tmp_path / "src", symlinks=True,
+                           ignore=shutil.ignore_patterns(".venv", ".git", "outputs", "multirun", "build", "docs"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
                     str(tmp_path / "wheel"), str(root)], check=True)
     (wheel,) = (tmp_path / "wheel").glob("dpgen-*.whl")

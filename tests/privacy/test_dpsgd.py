@@ -1,5 +1,4 @@
 import dp_accounting
-import numpy as np
 import pytest
 
 from dpgen.privacy.dpsgd import rdp_subsampled_gaussian

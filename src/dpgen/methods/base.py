@@ -1,10 +1,14 @@
 """`PrivateGenerator`: the base class every method (private or not) shares."""
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import lightning.pytorch as pl
 import torch
 from torch import nn
 
+from dpgen.nn.discriminator import ConditionalDiscriminator
+from dpgen.nn.fc import ConditionalMLP, table_hidden
 from dpgen.nn.generator import ConditionalImageGenerator, ConditionalTableGenerator, generate, latent
 
 
@@ -38,6 +42,15 @@ class PrivateGenerator(pl.LightningModule):
         if self.kind == "table":
             return ConditionalTableGenerator(self.shape, self.num_classes, z_dim=self.z_dim, **arch)
         raise ValueError(f"unknown data kind {self.kind!r} (expected 'image' or 'table')")
+
+    def build_judge(self, table_activation: str, **arch) -> nn.Module:
+        """A conditional discriminator D(x, y) -> logit: G-PATE's convolutional one for images (appendix E), an
+        MLP with PATE-GAN's hidden sizes d, d/2, d for tables (its section 5)."""
+        if self.kind == "image":
+            return ConditionalDiscriminator(self.shape, self.num_classes, **arch)
+        (features,) = self.shape
+        hidden = tuple(arch.pop("hidden", table_hidden(features)))
+        return ConditionalMLP(features, 1, self.num_classes, hidden, table_activation, **arch)
 
     @property
     def generator(self) -> nn.Module:
@@ -81,3 +94,19 @@ class PrivateGenerator(pl.LightningModule):
                 "sample_batch_norm": self.sample_batch_norm,
                 "class_probs": None if self.class_probs is None else self.class_probs.tolist(),
                 "shape": list(self.shape), "num_classes": self.num_classes, "kind": self.kind}
+
+
+@contextmanager
+def frozen(net: nn.Module):
+    """`net` takes no gradient inside the block (and an Opacus `GradSampleModule` computes no per-sample
+    gradients): a generator step through a discriminator leaves nothing on it. Restored even on an error."""
+    hooked = hasattr(net, "disable_hooks")
+    net.requires_grad_(False)
+    if hooked:
+        net.disable_hooks()
+    try:
+        yield net
+    finally:
+        if hooked:
+            net.enable_hooks()
+        net.requires_grad_(True)

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import torch
 from opacus import GradSampleModule
-from opacus.data_loader import DPDataLoader
 from opacus.optimizers import DPOptimizer
-from opacus.validators import ModuleValidator
 from torch import nn
 from torch.nn.functional import binary_cross_entropy_with_logits as bce
 
-from dpgen.aggregation.noise import secret_generator
-from dpgen.methods.base import PrivateGenerator
+from dpgen.methods.base import PrivateGenerator, frozen
+from dpgen.methods.dpsgd_parts import (PoissonBatches, dp_optimizer, opacus_ready, private_step_with, public_term,
+                                       secret_noise, trainable)
 from dpgen.nn.discriminator import ConditionalDiscriminator
 from dpgen.nn.fc import FCDiscriminator, FCGenerator
 from dpgen.privacy.dpsgd import noise_multiplier_of, rdp_subsampled_gaussian
@@ -75,12 +74,13 @@ class DPSGDGAN(PrivateGenerator):
         self.optimizer_d = dict(optimizer_d or {"name": "rmsprop", "lr": 5e-5})
         self.weight_clip = weight_clip
         self.secure_mode, self.seed = secure_mode, int(seed)
-        self.net_d = GradSampleModule(self.private_discriminator(**(discriminator or {})), loss_reduction="sum")
+        self.net_d = GradSampleModule(opacus_ready(self.build_discriminator(**(discriminator or {}))),
+                                      loss_reduction="sum")
         self.orders = DEFAULT_ORDERS
         self.ledger = PrivacyLedger(self.orders, aliases=NO_DATA_DEPENDENT_BOUND)
         self.sample_rate: float | None = None
         self.dp_optimizer: DPOptimizer | None = None
-        self._poisson_loader, self._poisson_batches = None, None
+        self.poisson: PoissonBatches | None = None
         self._step_rdp = None
 
     # nets
@@ -95,13 +95,6 @@ class DPSGDGAN(PrivateGenerator):
             return ConditionalDiscriminator(self.shape, self.num_classes, **kwargs)
         raise ValueError(f"unknown discriminator arch {arch!r} (fc or conv)")
 
-    def private_discriminator(self, **arch) -> nn.Module:
-        """BatchNorm mixes samples, so per-sample clipping would not bound one record's influence: Opacus
-        replaces it by GroupNorm (and anything else it cannot handle), then checks the result."""
-        net = ModuleValidator.fix(self.build_discriminator(**arch))
-        ModuleValidator.validate(net, strict=True)
-        return net
-
     # privacy
 
     def setup(self, stage: str) -> None:
@@ -109,19 +102,14 @@ class DPSGDGAN(PrivateGenerator):
             self.sample_rate = min(1.0, self.batch_size / len(self.trainer.datamodule.train_data))  # N is public
 
     def on_train_start(self) -> None:
-        """Secret sampling and noise streams from the OS's entropy (aggregation/noise.py): not derivable from
-        the published seed, and fresh on resume, so no Poisson subset or noise is replayed."""
-        self._poisson_loader = DPDataLoader(self.trainer.datamodule.train_data, sample_rate=self.sample_rate,
-                                           generator=secret_generator())
-        self._poisson_batches = None
-        if not self.secure_mode:
-            self.dp_optimizer.generator = secret_generator(self.device)
+        """Secret sampling and noise streams, fresh on resume (dpsgd_parts.py)."""
+        self.poisson = PoissonBatches(self.trainer.datamodule.train_data, self.sample_rate)
+        secret_noise(self.dp_optimizer, self.device)
 
     def configure_optimizers(self):
         opt_g, opt_d = make_optimizer(self.net_g, self.optimizer_g), make_optimizer(self.net_d, self.optimizer_d)
-        self.dp_optimizer = DPOptimizer(opt_d, noise_multiplier=self.noise_multiplier, max_grad_norm=self.max_grad_norm,
-                                        expected_batch_size=self.batch_size, loss_reduction="mean",
-                                        secure_mode=self.secure_mode)
+        self.dp_optimizer = dp_optimizer(opt_d, self.noise_multiplier, self.max_grad_norm, self.batch_size,
+                                         self.secure_mode)
         return opt_g, self.dp_optimizer
 
     def accounted_noise_multiplier(self) -> float:
@@ -142,12 +130,8 @@ class DPSGDGAN(PrivateGenerator):
         return {"data_independent": self.step_rdp()}
 
     def private_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The next Poisson batch (possibly empty); a new pass over the data when one ends."""
-        batch = next(self._poisson_batches, None) if self._poisson_batches is not None else None
-        if batch is None:
-            self._poisson_batches = iter(self._poisson_loader)
-            batch = next(self._poisson_batches)
-        x, y = batch
+        """The next Poisson batch (possibly empty)."""
+        x, y = self.poisson.next()
         return x.to(self.device), y.to(self.device)
 
     # training
@@ -158,36 +142,25 @@ class DPSGDGAN(PrivateGenerator):
         with torch.no_grad():
             fake = self.net_g(self.latent(self.batch_size), fake_y)
         opt.zero_grad()
-        params = [p for p in self.net_d.parameters() if p.requires_grad]
-        self.net_d.disable_hooks()  # the fake term is public given D: plain gradients, no per-sample work
-        fake_term = self.fake_loss(self.net_d(fake, fake_y))
-        fake_grads = torch.autograd.grad(fake_term, params)
-        self.net_d.enable_hooks()
+        # the fake term is public given D: plain gradients, no per-sample work
+        fake_term, fake_grads = public_term(self.net_d, lambda: self.fake_loss(self.net_d(fake, fake_y)))
         real_term = self.real_loss(self.net_d(x, y))
         self.manual_backward(real_term)
-        if opt.pre_step():  # Opacus: clip each sample to C, sum, add N(0, (sigma C)^2), divide by batch_size
-            for p, g in zip(params, fake_grads):
-                p.grad.add_(g)
-            opt.original_optimizer.step()
+        private_step_with(opt, self.net_d, fake_grads)
         if self.weight_clip is not None:
             with torch.no_grad():
-                for p in params:
+                for p in trainable(self.net_d):
                     p.clamp_(-self.weight_clip, self.weight_clip)
         return (real_term / self.batch_size + fake_term).detach()
 
     def generator_step(self) -> torch.Tensor:
         opt_g = self.optimizers()[0]
         y = self.random_labels(self.batch_size)
-        self.net_d.requires_grad_(False)  # the generator step leaves nothing on the private discriminator
-        self.net_d.disable_hooks()
-        try:
+        with frozen(self.net_d):  # the generator step leaves nothing on the private discriminator
             g_loss = self.generator_loss(self.net_d(self.net_g(self.latent(self.batch_size), y), y))
             opt_g.zero_grad()
             self.manual_backward(g_loss)
             opt_g.step()
-        finally:
-            self.net_d.enable_hooks()
-            self.net_d.requires_grad_(True)
         return g_loss.detach()
 
     def training_step(self, batch, batch_idx):

@@ -2,12 +2,9 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
 from torch.nn.functional import binary_cross_entropy_with_logits as bce
 
 from dpgen.methods.base import PrivateGenerator
-from dpgen.nn.discriminator import ConditionalDiscriminator
-from dpgen.nn.generator import ConditionalMLP
 
 
 class GAN(PrivateGenerator):
@@ -17,14 +14,7 @@ class GAN(PrivateGenerator):
                  generator: dict | None = None, discriminator: dict | None = None, **kwargs):
         super().__init__(shape, num_classes, kind, z_dim=z_dim, generator=generator, **kwargs)
         self.lr, self.beta1 = lr, beta1
-        self.net_d = self.build_discriminator(**(discriminator or {}))
-
-    def build_discriminator(self, **arch) -> nn.Module:
-        if self.kind == "image":
-            return ConditionalDiscriminator(self.shape, self.num_classes, **arch)
-        (features,) = self.shape
-        hidden = tuple(arch.pop("hidden", (features, max(features // 2, 1), features)))
-        return ConditionalMLP(features, 1, self.num_classes, hidden, activation="leaky_relu", **arch)
+        self.net_d = self.build_judge("leaky_relu", **(discriminator or {}))
 
     def configure_optimizers(self):
         betas = (self.beta1, 0.999)

@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import torch
 from opacus import GradSampleModule
-from opacus.data_loader import DPDataLoader
 from opacus.optimizers import DPOptimizer
-from opacus.validators import ModuleValidator
 from torch import nn
 from torch.nn.functional import binary_cross_entropy_with_logits as bce
 from torch.nn.functional import cross_entropy
@@ -38,11 +36,11 @@ from torch.utils.data import TensorDataset
 
 from dpgen.aggregation import hybrid
 from dpgen.aggregation.noise import secret_generator
-from dpgen.methods.base import PrivateGenerator
+from dpgen.methods.base import PrivateGenerator, frozen
+from dpgen.methods.dpsgd_parts import (PoissonBatches, dp_optimizer, opacus_ready, private_step_with, public_term,
+                                       secret_noise)
 from dpgen.nn.classifier import CNNClassifier
-from dpgen.nn.discriminator import ConditionalDiscriminator
 from dpgen.nn.ensemble import TeacherEnsemble
-from dpgen.nn.generator import ConditionalMLP
 from dpgen.privacy.ledger import NO_DATA_DEPENDENT_BOUND, PrivacyLedger
 from dpgen.privacy.rdp import DEFAULT_ORDERS
 
@@ -68,7 +66,7 @@ class PATETripleGAN(PrivateGenerator):
         self.batch_size, self.teacher_steps, self.student_steps = int(batch_size), int(teacher_steps), int(student_steps)
         self.alpha, self.max_grad_norm, self.lr, self.beta1 = float(alpha), float(max_grad_norm), lr, beta1
         self.hybrid = hybrid.HybridParams(sigma1, sigma2, threshold, noise_multiplier, accounting)
-        self.student = GradSampleModule(self.opacus_ready(self.build_student(**(student or {}))),
+        self.student = GradSampleModule(opacus_ready(self.build_judge("leaky_relu", **(student or {}))),
                                         loss_reduction="sum")
         self.classifier = self.build_classifier(**(classifier or {}))
         self.ensemble = TeacherEnsemble(self.n_teachers, self.shape, self.num_classes, seed=seed,
@@ -78,23 +76,10 @@ class PATETripleGAN(PrivateGenerator):
         self.sample_rate: float | None = None
         self.dp_optimizer: DPOptimizer | None = None
         self.data = self.labelled = None
-        self._poisson_loader = self._poisson_batches = self.noise = None
+        self.poisson: PoissonBatches | None = None
+        self.noise = None
 
     # nets
-
-    def build_student(self, **arch) -> nn.Module:
-        if self.kind == "image":
-            return ConditionalDiscriminator(self.shape, self.num_classes, **arch)
-        (features,) = self.shape
-        hidden = tuple(arch.pop("hidden", (features, max(features // 2, 1), features)))
-        return ConditionalMLP(features, 1, self.num_classes, hidden, activation="leaky_relu", **arch)
-
-    @staticmethod
-    def opacus_ready(net: nn.Module) -> nn.Module:
-        """BatchNorm mixes records, so per-record clipping would not bound one record: GroupNorm instead."""
-        net = ModuleValidator.fix(net)
-        ModuleValidator.validate(net, strict=True)
-        return net
 
     def build_classifier(self, **arch) -> nn.Module:
         if self.kind == "image":
@@ -108,10 +93,8 @@ class PATETripleGAN(PrivateGenerator):
         betas = (self.beta1, 0.999)
         opt_g = torch.optim.Adam(self.net_g.parameters(), lr=self.lr, betas=betas)
         opt_c = torch.optim.Adam(self.classifier.parameters(), lr=self.lr, betas=betas)
-        self.dp_optimizer = DPOptimizer(torch.optim.Adam(self.student.parameters(), lr=self.lr, betas=betas),
-                                        noise_multiplier=self.hybrid.noise_multiplier,
-                                        max_grad_norm=self.max_grad_norm, expected_batch_size=self.batch_size,
-                                        loss_reduction="mean")
+        self.dp_optimizer = dp_optimizer(torch.optim.Adam(self.student.parameters(), lr=self.lr, betas=betas),
+                                         self.hybrid.noise_multiplier, self.max_grad_norm, self.batch_size)
         return opt_g, opt_c, self.dp_optimizer
 
     # data and privacy
@@ -133,11 +116,9 @@ class PATETripleGAN(PrivateGenerator):
 
     def on_train_start(self) -> None:
         """Secret Poisson sampling and vote / DP-SGD noise from the OS's entropy, fresh on resume."""
-        self._poisson_loader = DPDataLoader(TensorDataset(torch.arange(len(self.data))), sample_rate=self.sample_rate,
-                                           generator=secret_generator())
-        self._poisson_batches = None
+        self.poisson = PoissonBatches(TensorDataset(torch.arange(len(self.data))), self.sample_rate)
         self.noise = secret_generator(self.device)
-        self.dp_optimizer.generator = secret_generator(self.device)
+        secret_noise(self.dp_optimizer, self.device)
 
     @property
     def pld_ready(self) -> bool:
@@ -152,11 +133,7 @@ class PATETripleGAN(PrivateGenerator):
 
     def private_batch(self):
         """Poisson batch of record indices (possibly empty) over all N records."""
-        batch = next(self._poisson_batches, None) if self._poisson_batches is not None else None
-        if batch is None:
-            self._poisson_batches = iter(self._poisson_loader)
-            batch = next(self._poisson_batches)
-        idx = batch[0].long()
+        idx = self.poisson.next()[0].long()
         x, y = self.data[idx]
         return x.to(self.device), y.to(self.device), self.labelled[idx].to(self.device)
 
@@ -186,12 +163,8 @@ class PATETripleGAN(PrivateGenerator):
         target = torch.as_tensor(release.labels, dtype=u.dtype, device=self.device)[keep]
         opt = self.dp_optimizer
         opt.zero_grad()
-        params = [p for p in self.student.parameters() if p.requires_grad]
-        self.student.disable_hooks()
-        gen_loss = (1 - self.alpha) * (bce(self.judge(u[keep], uy[keep]), target) if keep.any()
-                                       else u.sum() * 0)
-        gen_grads = torch.autograd.grad(gen_loss, params, allow_unused=True)
-        self.student.enable_hooks()
+        gen_loss, gen_grads = public_term(self.student, lambda: (1 - self.alpha) * (
+            bce(self.judge(u[keep], uy[keep]), target) if keep.any() else u.sum() * 0))
         # (b) classifier pairs: each record judged by itself, then DP-SGD (clip per record, noise)
         x, y, labelled = self.private_batch()
         with torch.no_grad():
@@ -199,11 +172,7 @@ class PATETripleGAN(PrivateGenerator):
         real = (labelled & (yc == y)).to(x.dtype)
         cls_loss = self.alpha * bce(self.judge(x, yc), real, reduction="sum")
         self.manual_backward(cls_loss)
-        if opt.pre_step():  # Opacus: clip each record's gradient, sum, add N(0, (sigma C)^2), divide by batch_size
-            for p, g in zip(params, gen_grads):
-                if g is not None:
-                    p.grad.add_(g)
-            opt.original_optimizer.step()
+        private_step_with(opt, self.student, gen_grads)
         return (cls_loss / self.batch_size + gen_loss).detach()
 
     def classifier_step(self) -> torch.Tensor:
@@ -219,17 +188,12 @@ class PATETripleGAN(PrivateGenerator):
 
     def generator_step(self) -> torch.Tensor:
         fake, y = self.fake_batch(self.batch_size)
-        self.student.requires_grad_(False)
-        self.student.disable_hooks()
-        try:
+        with frozen(self.student):
             loss = (1 - self.alpha) * bce(self.judge(fake, y), torch.ones(len(y), device=self.device))
             opt = self.optimizers()[0]
             opt.zero_grad()
             self.manual_backward(loss)
             opt.step()
-        finally:
-            self.student.enable_hooks()
-            self.student.requires_grad_(True)
         return loss.detach()
 
     def training_step(self, batch, batch_idx):

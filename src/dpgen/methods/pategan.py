@@ -16,14 +16,11 @@ and ledger), so no generator over budget is ever released.
 from __future__ import annotations
 
 import torch
-from torch import nn
 from torch.nn.functional import binary_cross_entropy_with_logits as bce
 
 from dpgen.aggregation.pate_vote import laplace_vote_batch, secret_rng, worst_case_rdp
-from dpgen.methods.base import PrivateGenerator
-from dpgen.nn.discriminator import ConditionalDiscriminator
+from dpgen.methods.base import PrivateGenerator, frozen
 from dpgen.nn.ensemble import TeacherEnsemble
-from dpgen.nn.generator import ConditionalMLP
 from dpgen.privacy.ledger import PrivacyLedger
 from dpgen.privacy.rdp import DEFAULT_ORDERS
 
@@ -58,20 +55,13 @@ class PATEGAN(PrivateGenerator):
         self.n_teachers, self.lam = int(n_teachers), float(lam)
         self.batch_size, self.teacher_steps, self.student_steps = int(batch_size), int(teacher_steps), int(student_steps)
         self.teacher_warmup, self.lr, self.beta1 = int(teacher_warmup), lr, beta1
-        self.student = self.build_student(**(student or {}))
+        self.student = self.build_judge("relu", **(student or {}))
         self.ensemble = TeacherEnsemble(self.n_teachers, self.shape, self.num_classes, seed=seed,
                                         **{"lr": lr, "betas": (beta1, 0.999), **(teachers or {})})
         self.orders = DEFAULT_ORDERS
         self.ledger = PrivacyLedger(self.orders)
         self.rng = None  # Laplace noise stream, from the OS's entropy at train start (fresh on resume)
         self.register_buffer("warmed_up", torch.tensor(self.teacher_warmup == 0))  # in checkpoints: once per run
-
-    def build_student(self, **arch) -> nn.Module:
-        if self.kind == "image":
-            return ConditionalDiscriminator(self.shape, self.num_classes, **arch)
-        (features,) = self.shape
-        hidden = tuple(arch.pop("hidden", (features, max(features // 2, 1), features)))
-        return ConditionalMLP(features, 1, self.num_classes, hidden, activation="relu", **arch)
 
     def configure_optimizers(self):
         betas = (self.beta1, 0.999)
@@ -115,13 +105,12 @@ class PATEGAN(PrivateGenerator):
     def generator_step(self) -> torch.Tensor:
         """Algorithm 1 lines 22-24, with the non-saturating form -log S(G(z)) of eq. 5's log(1 - S(G(z)))."""
         fake, y = self.fake_batch(self.batch_size)
-        self.student.requires_grad_(False)
-        loss = bce(self.student(fake, y).view(-1), torch.ones(self.batch_size, device=fake.device))
-        opt = self.optimizers()[0]
-        opt.zero_grad()
-        self.manual_backward(loss)
-        opt.step()
-        self.student.requires_grad_(True)
+        with frozen(self.student):
+            loss = bce(self.student(fake, y).view(-1), torch.ones(self.batch_size, device=fake.device))
+            opt = self.optimizers()[0]
+            opt.zero_grad()
+            self.manual_backward(loss)
+            opt.step()
         return loss.detach()
 
     def training_step(self, batch, batch_idx):

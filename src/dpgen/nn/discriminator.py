@@ -8,6 +8,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from dpgen.nn.labels import label_maps, one_hot
+
 KERNEL = 5
 STRIDE = 2
 
@@ -48,16 +50,6 @@ def pad_same(x: torch.Tensor) -> torch.Tensor:
     top, bottom = same_padding(x.shape[-2])
     left, right = same_padding(x.shape[-1])
     return F.pad(x, (left, right, top, bottom))
-
-
-def one_hot(y: torch.Tensor, num_classes: int, dtype: torch.dtype) -> torch.Tensor:
-    """One-hot rows of labels y (any shape), by comparison (works under torch.func.vmap, unlike F.one_hot)."""
-    return (y.unsqueeze(-1) == torch.arange(num_classes, device=y.device)).to(dtype)
-
-
-def label_maps(onehot: torch.Tensor, height: int, width: int) -> torch.Tensor:
-    """The one-hot label as constant feature maps (reference: conv_cond_concat)."""
-    return onehot[..., None, None].expand(*onehot.shape, height, width)
 
 
 def inside_taps(size: int) -> torch.Tensor:

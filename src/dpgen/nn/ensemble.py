@@ -16,8 +16,8 @@ from torch import nn
 from torch.nn import functional as F
 from torch.optim.adam import adam
 
-from dpgen.nn.discriminator import (ConditionalDiscriminator, init_parameter, label_map_response, one_hot,
-                                    pad_same)
+from dpgen.nn.discriminator import ConditionalDiscriminator, init_parameter, label_map_response, pad_same
+from dpgen.nn.labels import one_hot
 
 
 def key(name: str) -> str:

@@ -6,15 +6,8 @@ import copy
 import torch
 from torch import nn
 
-
-def one_hot(y: torch.Tensor, num_classes: int, dtype: torch.dtype) -> torch.Tensor:
-    return nn.functional.one_hot(y, num_classes).to(dtype)
-
-
-def concat_label_maps(h: torch.Tensor, y1h: torch.Tensor) -> torch.Tensor:
-    """Concatenate the one-hot label as constant feature maps (DCGAN's conv_cond_concat)."""
-    maps = y1h[:, :, None, None].expand(-1, -1, h.shape[2], h.shape[3])
-    return torch.cat([h, maps], dim=1)
+from dpgen.nn.fc import ConditionalMLP, table_hidden
+from dpgen.nn.labels import concat_label_maps, one_hot
 
 
 class ConditionalImageGenerator(nn.Module):
@@ -103,38 +96,12 @@ def dcgan_init(net: nn.Module, std: float = 0.02) -> None:
                 m.reset_parameters()
 
 
-class ConditionalMLP(nn.Module):
-    """Fully connected net with the one-hot label concatenated to the input of every layer.
-
-    Used as the tabular generator and discriminator (PATE-GAN section 5: hidden sizes d, d/2, d)."""
-
-    def __init__(self, in_dim: int, out_dim: int, num_classes: int, hidden: tuple[int, ...],
-                 activation: str = "relu", out_activation: str | None = None, batch_norm: bool = False):
-        super().__init__()
-        self.num_classes = num_classes
-        acts = {"relu": nn.ReLU, "leaky_relu": lambda: nn.LeakyReLU(0.2), "tanh": nn.Tanh}
-        outs = {None: nn.Identity, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh}
-        dims = [in_dim, *hidden]
-        self.hidden = nn.ModuleList(
-            nn.Sequential(nn.Linear(a + num_classes, b), *( [nn.BatchNorm1d(b)] if batch_norm else []), acts[activation]())
-            for a, b in zip(dims[:-1], dims[1:])
-        )
-        self.out = nn.Sequential(nn.Linear(dims[-1] + num_classes, out_dim), outs[out_activation]())
-
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        y1h = one_hot(y, self.num_classes, x.dtype)
-        for layer in self.hidden:
-            x = layer(torch.cat([x, y1h], 1))
-        return self.out(torch.cat([x, y1h], 1))
-
-
 class ConditionalTableGenerator(ConditionalMLP):
     """[z, y] -> table row in [0, 1]; hidden sizes d, d/2, d of PATE-GAN by default (d = features)."""
 
     def __init__(self, shape: tuple[int], num_classes: int, z_dim: int = 100, hidden: tuple[int, ...] | None = None):
         (features,) = shape
-        hidden = tuple(hidden) if hidden else (features, max(features // 2, 1), features)
-        super().__init__(z_dim, features, num_classes, hidden, activation="relu",
+        super().__init__(z_dim, features, num_classes, tuple(hidden) if hidden else table_hidden(features), "relu",
                          out_activation="sigmoid", batch_norm=True)
         self.shape, self.z_dim = tuple(shape), z_dim
 

@@ -1,1 +1,0 @@
-"""dpgen: differentially private data generators (G-PATE and baselines) as one Lightning + Hydra application."""
