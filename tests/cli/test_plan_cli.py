@@ -172,8 +172,9 @@ def test_pate_triplegan_plans_votes_and_dpsgd_as_the_method_charges_them():
     assert 0 < clt["worst_case_steps"] < clt["best_case_steps"]
     with pytest.raises(ValueError, match="accounting=clt"):
         main(["method=pate_triplegan", "privacy.conversion=gdp", *MNIST])
+    assert main(["method=pate_triplegan", "method.module.percent=0.3", *MNIST])["smallest_partition"] == 60_000 // 333
     with pytest.raises(ValueError, match="method.n_teachers=333"):
-        main(["method=pate_triplegan", "method.module.percent=0.3", *MNIST])
+        main(["method=pate_triplegan", "method.module.percent=0.3", "method.n_teachers=125", *MNIST])
 
 
 def test_pld_plans_dpsgd_and_pate_triplegan_as_their_ledgers_compose_them():

@@ -6,6 +6,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from omegaconf import OmegaConf
 from rich.console import Console
 from rich.table import Table
 
@@ -18,6 +19,8 @@ CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # package data; the rep
 # Errors caused by input or configuration: printed as one clear message, without a traceback.
 USER_ERRORS = (DataError, BudgetError, CheckpointError)
 console = Console()
+# PATE-TripleGAN's data split: round(teachers / labelled fraction) partitions, the first `teachers` labelled
+OmegaConf.register_new_resolver("partitions", lambda teachers, percent: round(teachers / percent), replace=True)
 
 
 def machine(accelerator: str = "cpu") -> str:
