@@ -2,7 +2,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install train test test-all bench clean
+.PHONY: install train test test-all bench results clean
 
 $(STAMP): pyproject.toml scripts/install.sh
 	bash scripts/install.sh
@@ -14,13 +14,16 @@ train: $(STAMP)
 	$(PY) train.py $(ARGS)
 
 test: $(STAMP)
-	$(PY) -m pytest -m "not slow" $(ARGS)
+	$(PY) -m pytest -m "not slow" --durations=15 $(ARGS)
 
 test-all: $(STAMP)
 	$(PY) -m pytest $(ARGS)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks $(ARGS)
+
+results: $(STAMP)
+	$(PY) -m dpgen.report docs/results --out docs/
 
 clean:
 	rm -rf outputs multirun .pytest_cache

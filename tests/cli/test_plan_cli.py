@@ -7,6 +7,7 @@ from hydra import compose, initialize_config_dir
 
 from dpgen.aggregation import hybrid, pate_vote
 from dpgen.aggregation.dpgradagg import DPGradAggParams, worst_case_rdp
+from dpgen.privacy.pate import rdp_confident_gnmax_batch
 from dpgen.cli.common import CONF_DIR
 from dpgen.cli.plan import main
 from dpgen.cli.train import build_datamodule, build_method
@@ -17,7 +18,6 @@ from dpgen.privacy.gswgan import GSWGAN_ORDERS, rdp_sampled_wor_gaussian
 from dpgen.privacy.laplace import rdp_laplace
 from dpgen.privacy import pld
 from dpgen.privacy.ledger import PrivacyLedger
-from dpgen.privacy.plan import plan_confident_gnmax
 from dpgen.privacy.rdp import DEFAULT_ORDERS, eps_from_rdp
 
 MNIST = ["data=mnist", "data.root=/nonexistent", "data.download=false"]  # 60,000 records, known without loading
@@ -35,9 +35,16 @@ def test_mnist_eps1_matches_the_privacy_planner_without_loading_data():
     result = main(["experiment=gpate_mnist_eps1", "data.root=/nonexistent", "data.download=false"])
     assert result["records_source"] == "known size" and result["records"] == 60_000
     assert (result["batch"], result["queries_per_step"]) == (15, 150)
-    want = plan_confident_gnmax(4000, 3000.0, 1000.0, 0.5, 150, 1.0, 1e-5)
-    assert (result["best_case_steps"], result["worst_case_steps"]) == (want["best_case_steps"], want["worst_case_steps"])
-    assert result["worst_case_steps"] > 0
+    # independently: 150 answered queries per step; worst case data-independent (appendix D), best case 4000
+    # unanimous teachers, data-dependent
+    agg = DPGradAggParams(sigma1=3000.0, sigma2=1000.0, threshold=0.5)
+    worst = worst_case_rdp(agg, 150, ORDERS)
+    unanimous = np.zeros((1, 10))
+    unanimous[0, 0] = 4000
+    best = 150 * rdp_confident_gnmax_batch(unanimous, 2000.0, 3000.0, 1000.0, ORDERS, [True])[0]
+    assert_largest(lambda g: eps_from_rdp(g * worst, ORDERS, 1e-5)[0], result["worst_case_steps"], 1.0)
+    assert_largest(lambda g: eps_from_rdp(g * best, ORDERS, 1e-5)[0], result["best_case_steps"], 1.0)
+    assert 0 < result["worst_case_steps"] <= result["best_case_steps"]  # equal: at sigma1 3000 unanimity buys nothing
 
 
 def test_experiment_and_overrides_change_the_plan():
@@ -98,7 +105,7 @@ def test_a_method_without_planner_is_a_clear_error():
 def test_dpgan_counts_generator_steps_of_five_dpsgd_steps():
     result = main(["method=dpgan", "privacy.epsilon=1", *MNIST])
     n, q = result["worst_case_steps"], 64 / 60_000
-    assert (result["best_case_steps"], result["dpsgd_steps"], result["sample_rate"]) == (n, 5 * n, q)
+    assert (result["best_case_steps"], result["dpsgd_steps_per_step"], result["sample_rate"]) == (n, 5, q)
     assert "each 5 DP-SGD steps" in result["step_unit"]
     # independently: 5 n Poisson-subsampled Gaussian steps at sigma 1.1
     assert_largest(lambda g: eps_from_rdp(rdp_subsampled_gaussian(q, 1.1, 5 * g, ORDERS), ORDERS, 1e-5)[0], n, 1.0)
@@ -114,7 +121,7 @@ def test_dpcgan_plan_is_what_the_method_charges_per_step():
     model = build_method(cfg, build_datamodule(cfg))  # FC nets: cheap; no data read
     model.sample_rate = 600 / 60_000  # what setup() sets from the training set
     model.configure_optimizers()
-    step = model.step_rdp()  # what training_step records and step_cost_bound announces
+    step = model.step_cost().worst["data_independent"]  # what training_step records and PrivacyBudget checks
     assert_largest(lambda g: eps_from_rdp(g * step, ORDERS, 1e-5)[0], n, 1.0)
     # the reference sigma 1.12 (C = 1.1): one step costs eps = 1.06 > 1 under the classical conversion
     assert main(["method=dpcgan", "privacy.epsilon=1", *MNIST])["best_case_steps"] == 0
@@ -126,7 +133,7 @@ def test_pategan_plan_charges_every_labelled_sample():
     assert result["queries_per_step"] == 320
     unanimous = np.tile([100.0, 0.0], (320, 1))  # [fake, real] counts, as teacher_votes gives them
     best = pate_vote.batch_rdp(unanimous, 0.2, ORDERS)  # what student_step records, data-dependent
-    worst = pate_vote.worst_case_rdp(0.2, 320, ORDERS)  # what step_cost_bound announces
+    worst = pate_vote.worst_case_rdp(0.2, 320, ORDERS)  # the data-independent worst case PrivacyBudget checks
     assert_largest(lambda g: eps_from_rdp(g * best, ORDERS, 1e-5)[0], result["best_case_steps"], 1.0)
     assert result["worst_case_steps"] == 0 < eps_from_rdp(worst, ORDERS, 1e-5)[0] - 1.0
     ten = main(["method=pategan", "privacy.epsilon=10", "method.module.lam=0.01", *MNIST])

@@ -68,7 +68,7 @@ def test_each_step_records_b_times_k_queries(tmp_path, proj_dim, per_sample):
     fit(model, 3, [PrivacyBudget(1e6, 1e-5)], root=tmp_path)
     queries = 3 * BATCH * per_sample
     assert mechanisms(model)["confident_gnmax"]["count"] == queries
-    assert model.step_cost_bound()["data_independent"] == pytest.approx(
+    assert model.step_cost().worst["data_independent"] == pytest.approx(
         BATCH * per_sample * (model.orders / (2 * 50.0**2) + model.orders / 20.0**2))  # appendix D
     report = json.loads((tmp_path / "privacy.json").read_text())
     assert report["mechanisms"]["confident_gnmax"]["count"] == queries and CLASS_RATIO not in report["mechanisms"]
@@ -223,7 +223,7 @@ def test_pooled_teachers_and_smooth_directions_keep_b_times_k_queries_and_move_t
                          enable_model_summary=False)
     trainer.fit(model, datamodule=ToyImages(batch_size=BATCH, n_teachers=TEACHERS))
     assert mechanisms(model)["confident_gnmax"]["count"] == 3 * BATCH * 2
-    assert model.step_cost_bound()["data_independent"] == pytest.approx(
+    assert model.step_cost().worst["data_independent"] == pytest.approx(
         BATCH * 2 * (model.orders / (2 * 50.0**2) + model.orders / 20.0**2))
     assert any(not torch.equal(before[k], v) for k, v in model.net_g.named_parameters())
 

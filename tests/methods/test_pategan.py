@@ -16,7 +16,6 @@ from dpgen.cli.common import CONF_DIR
 from dpgen.cli.train import build_datamodule, build_method
 from dpgen.data.base import DPGenDataModule, TensorData
 from dpgen.methods.pategan import MECHANISM, PATEGAN
-from dpgen.privacy.plan import steps_within_budget
 from dpgen.privacy.rdp import DEFAULT_ORDERS
 
 warnings.filterwarnings("ignore")
@@ -174,8 +173,9 @@ def test_budget_stops_before_exceeding_under_the_data_independent_bound(tmp_path
     """Each step costs n_S n = 80 queries of 2 lam^2 a; with lam = 0.01 the planner says how many steps
     fit eps = 2, and training stops exactly there, before the step that would exceed it."""
     model = tiny(lam=0.01)
-    per_step = pate_vote.worst_case_rdp(0.01, 80, DEFAULT_ORDERS)
-    fits = steps_within_budget(per_step, DEFAULT_ORDERS, 2.0, 1e-5)
+    per_step = 80 * 2 * 0.01**2 * np.asarray(DEFAULT_ORDERS)  # (2 lam, 0)-DP per query: 2 lam^2 a RDP
+    assert model.step_cost().worst["data_independent"] == pytest.approx(per_step)
+    fits = model.step_cost().steps(2.0, 1e-5, "data_independent", "classical")
     assert 2 <= fits < 20
     budget = PrivacyBudget(epsilon=2.0, delta=1e-5, bound="data_independent")
     trainer, _ = fit(model, steps=50, callbacks=[budget], root=str(tmp_path))

@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from dpgen.callbacks import PrivacyBudget
 from dpgen.privacy import PrivacyLedger
+from dpgen.privacy.cost import StepCost
 
 ORDERS = np.array([2.0])
 DELTA = math.exp(-1.0)
@@ -42,12 +43,12 @@ class Toy(pl.LightningModule):
             self.ledger.record("toy", {"data_dependent": np.array([DD]), "data_independent": np.array([DI])},
                                count=3, params={"sigma": 1.0})
 
-    def step_cost_bound(self):
+    def step_cost(self):
         # announce: "both" bounds known in advance (worst case DI), "independent" only (the data-dependent
         # cost is then known after the step), or nothing.
         if self.announce == "both":
-            return {"data_dependent": np.array([DI]), "data_independent": np.array([DI])}
-        return {"data_independent": np.array([DI])} if self.announce == "independent" else None
+            return StepCost({"data_dependent": np.array([DI]), "data_independent": np.array([DI])}, ORDERS)
+        return StepCost({"data_independent": np.array([DI])}, ORDERS) if self.announce == "independent" else None
 
     def on_train_batch_start(self, batch, batch_idx):
         if self.trainer.should_stop:

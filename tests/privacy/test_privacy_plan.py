@@ -1,77 +1,89 @@
-import json
+"""StepCost (privacy/cost.py): the steps a budget buys, against hand computations and independent accountants."""
 import math
 
 import numpy as np
 import pytest
 
-from dpgen.privacy import __main__ as cli
+from dpgen.aggregation import dpgradagg, hybrid
+from dpgen.aggregation.dpgradagg import DPGradAggParams
 from dpgen.privacy import pld
+from dpgen.privacy.cost import StepCost, dpsgd_step, times
 from dpgen.privacy.dpsgd import rdp_subsampled_gaussian
-from dpgen.privacy.pate import rdp_confident_gnmax
-from dpgen.privacy.plan import MAX_STEPS, plan_confident_gnmax, plan_dpsgd, steps_within_budget
+from dpgen.privacy.gdp import eps_from_gdp
+from dpgen.privacy.laplace import rdp_laplace
+from dpgen.privacy.plan import MAX_STEPS
 from dpgen.privacy.rdp import DEFAULT_ORDERS, eps_from_rdp
 
 DELTA = math.exp(-1.0)  # with the single order 2: eps = rdp + 1
+ORDERS = np.asarray(DEFAULT_ORDERS, dtype=float)
+
+
+def fixed(rdp: float) -> StepCost:
+    return StepCost({"data_independent": np.array([rdp])}, np.array([2.0]))
 
 
 def test_steps_by_hand():
     # 0.25 per step, eps 2.05 -> rdp <= 1.05 -> 4 steps
-    assert steps_within_budget([0.25], [2.0], 2.05, DELTA) == 4
-    assert steps_within_budget([0.25], [2.0], 1.2, DELTA) == 0
-    assert steps_within_budget([0.0], [2.0], 2.0, DELTA) == MAX_STEPS
+    assert fixed(0.25).steps(2.05, DELTA, "data_independent", "classical") == 4
+    assert fixed(0.25).steps(1.2, DELTA, "data_independent", "classical") == 0
+    assert fixed(0.0).steps(2.0, DELTA, "data_independent", "classical") == MAX_STEPS
+    with pytest.raises(ValueError, match="epsilon"):
+        fixed(0.25).steps(0.0, DELTA, "data_independent", "classical")
+
+
+def test_an_upfront_release_is_paid_first():
+    # 0.5 upfront, 0.25 per step, rdp <= 1.05 -> 2 steps
+    cost = StepCost({"data_independent": np.array([0.25])}, np.array([2.0]), upfront={"data_independent": np.array([0.5])})
+    assert cost.steps(2.05, DELTA, "data_independent", "classical") == 2
 
 
 def test_confident_gnmax_worst_case_by_hand():
     # per query, all answered: 2/(2 * 10^2) + 2/10^2 = 0.03; 10 queries per step: 0.3; rdp <= 1.05 -> 3 steps
-    plan = plan_confident_gnmax(100, 10.0, 10.0, 0.5, 10, 2.05, DELTA, orders=[2.0])
-    assert plan["worst_case_steps"] == 3
-    assert plan["best_case_steps"] >= plan["worst_case_steps"]
+    cost = dpgradagg.step_cost(DPGradAggParams(sigma1=10.0, sigma2=10.0, threshold=0.5), 100, 10, [2.0])
+    assert cost.worst["data_independent"] == pytest.approx([0.3])
+    assert cost.steps(2.05, DELTA, "data_independent", "classical") == 3
+    # under the data-independent bound the best case is the worst case; under the data-dependent one it is cheaper
+    assert cost.steps(2.05, DELTA, "data_independent", "classical", "best") == 3
+    assert cost.steps(2.05, DELTA, "data_dependent", "classical", "best") >= 3
 
 
-def test_confident_gnmax_paper_settings():
+def test_confident_gnmax_paper_settings_with_the_class_ratio():
     # G-PATE eps = 10 on MNIST: 2000 teachers, sigma1 600, sigma2 100, T = 0.5: unanimous votes cost far less
-    plan = plan_confident_gnmax(2000, 600.0, 100.0, 0.5, 100, 10.0, 1e-5)
-    assert plan["best_case_steps"] > 10 * plan["worst_case_steps"] > 0
+    agg = DPGradAggParams(sigma1=600.0, sigma2=100.0, threshold=0.5)
+    cost = dpgradagg.step_cost(agg, 2000, 100, ORDERS)
+    best, worst = (cost.steps(10.0, 1e-5, "data_dependent", "classical", case) for case in ("best", "worst"))
+    assert best > 10 * worst > 0
+    ratio = dpgradagg.step_cost(agg, 2000, 100, ORDERS, class_ratio_epsilon=1.0)
+    n = ratio.steps(10.0, 1e-5, "data_dependent", "classical")
+    eps = lambda g: eps_from_rdp(rdp_laplace(1.0, ORDERS) + g * cost.worst["data_independent"], ORDERS, 1e-5)[0]
+    assert eps(n) <= 10.0 < eps(n + 1) and n < worst
 
 
-def test_confident_gnmax_best_case_follows_the_consensus():
-    """The best case with the top bin holding 80% of 100 votes is the data-dependent cost of votes (80, 20),
-    between the unanimous best case and the worst case."""
-    orders = np.asarray(DEFAULT_ORDERS)
-    split = plan_confident_gnmax(100, 8.0, 12.0, 0.6, 600, 10.0, 1e-5, bins=2, top_share=0.8)
-    one = rdp_confident_gnmax(np.array([80.0, 20.0]), 60.0, 8.0, 12.0, orders, answered=True)
-    assert split["best_case_steps"] == steps_within_budget(600 * one, orders, 10.0, 1e-5)
-    unanimous = plan_confident_gnmax(100, 8.0, 12.0, 0.6, 600, 10.0, 1e-5, bins=2)
-    assert unanimous["worst_case_steps"] <= split["best_case_steps"] < unanimous["best_case_steps"]
-    with pytest.raises(ValueError, match="top_share"):
-        plan_confident_gnmax(100, 8.0, 12.0, 0.6, 600, 10.0, 1e-5, top_share=0.3)
-
-
-def test_dpsgd_plan_is_tight():
-    plan = plan_dpsgd(0.01, 1.1, 2.0, 1e-5)
-    n = plan["worst_case_steps"]
-    eps = lambda steps: eps_from_rdp(rdp_subsampled_gaussian(0.01, 1.1, steps, DEFAULT_ORDERS), DEFAULT_ORDERS, 1e-5)[0]
+def test_dpsgd_steps_are_tight_under_rdp_and_pld():
+    n = dpsgd_step(0.01, 1.1, 1, ORDERS).steps(2.0, 1e-5, "data_independent", "classical")
+    eps = lambda steps: eps_from_rdp(rdp_subsampled_gaussian(0.01, 1.1, steps, ORDERS), ORDERS, 1e-5)[0]
     assert eps(n) <= 2.0 < eps(n + 1)
-
-
-def test_cli(capsys):
-    result = cli.main(["plan", "confident_gnmax", "--teachers", "4000", "--sigma1", "3000", "--sigma2", "1000",
-                       "--threshold", "0.5", "--queries-per-step", "100", "--epsilon", "1", "--delta", "1e-5"])
-    printed = json.loads(capsys.readouterr().out)
-    assert printed == result and result["worst_case_steps"] > 0
-    with pytest.raises(SystemExit):
-        cli.main(["plan", "confident_gnmax", "--teachers", "10"])
-
-
-def test_dpsgd_plan_under_pld_is_tight_and_on_the_cli(capsys):
     # DP-CGAN's reference sample rate and sigma: no step at eps = 1 under RDP, a run under PLD
-    result = cli.main(["plan", "dpsgd", "--sample-rate", "0.01", "--noise-multiplier", "1.12", "--epsilon", "1",
-                       "--delta", "1e-5", "--conversion", "pld"])
-    n = result["worst_case_steps"]
-    assert json.loads(capsys.readouterr().out)["best_case_steps"] == n > 100
+    cost = dpsgd_step(0.01, 1.12, 1, ORDERS)
+    assert cost.steps(1.0, 1e-5, "data_dependent", "classical") == 0  # aliased to the data-independent bound
+    n = cost.steps(1.0, 1e-5, "data_independent", "pld")
     eps = [pld.epsilon_pld([(pld.dpsgd_event(0.01, 1.12), k)], 1e-5) for k in (n, n + 1)]
-    assert eps[0] <= 1.0 < eps[1]
-    assert plan_dpsgd(0.01, 1.12, 1.0, 1e-5)["worst_case_steps"] == 0
-    with pytest.raises(SystemExit):  # PLD only where every release is a (subsampled) Gaussian
-        cli.main(["plan", "laplace_pate", "--teachers", "10", "--lam", "0.1", "--queries-per-step", "1",
-                  "--epsilon", "1", "--delta", "1e-5", "--conversion", "pld"])
+    assert eps[0] <= 1.0 < eps[1] and n > 100
+
+
+def test_gdp_steps_compose_mu_by_square_root():
+    # mu = 0.1 per step composes to sqrt(n) 0.1; eps_gdp(mu = 1, 1e-5) is about 4.4: n = 100 steps give mu = 1
+    cost = StepCost({"gdp_mu": 0.1}, ORDERS)
+    assert times(cost.worst, 100)["gdp_mu"] == pytest.approx(1.0)
+    n = cost.steps(4.0, 1e-5, "data_independent", "gdp")
+    assert eps_from_gdp(math.sqrt(n) * 0.1, 1e-5) <= 4.0 < eps_from_gdp(math.sqrt(n + 1) * 0.1, 1e-5)
+    with pytest.raises(ValueError, match="accounting=clt"):
+        StepCost({"gdp_mu": 0.1, "data_independent": ORDERS * 0}, ORDERS).steps(4.0, 1e-5, "data_independent", "gdp")
+
+
+def test_pate_triplegan_cost_counts_answered_votes_only_in_the_worst_case():
+    hp = hybrid.HybridParams(300.0, 300.0, 0.5, 0.4, "rdp")
+    cost = hybrid.step_cost(hp, 128, 1, 128 / 60_000, ORDERS)
+    assert cost.worst["gdp_mu"] == pytest.approx(math.sqrt(128 * (1 / 300**2 + 2 / 300**2)))
+    assert cost.best["gdp_mu"] == pytest.approx(math.sqrt(128) / 300)
+    assert cost.steps(10.0, 1e-5, "data_independent", "pld", "best") > cost.steps(10.0, 1e-5, "data_independent", "pld")

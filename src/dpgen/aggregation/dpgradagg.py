@@ -7,6 +7,8 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from dpgen.privacy import laplace
+from dpgen.privacy.cost import StepCost
 from dpgen.privacy.pate import (rdp_confident_gnmax_batch, rdp_gnmax_data_independent,
                                 rdp_threshold_data_independent)
 
@@ -125,3 +127,19 @@ def dp_grad_agg(grads: torch.Tensor, p: DPGradAggParams, orders: np.ndarray, gen
 def worst_case_rdp(p: DPGradAggParams, n_queries: int, orders: np.ndarray) -> np.ndarray:
     """Data-independent RDP of n_queries answered queries (threshold check + GNMax each): appendix D."""
     return n_queries * (rdp_threshold_data_independent(p.sigma1, orders) + rdp_gnmax_data_independent(p.sigma2, orders))
+
+
+def step_cost(p: DPGradAggParams, teachers: int, queries: int, orders, class_ratio_epsilon: float | None = None,
+              ) -> StepCost:
+    """One G-PATE iteration: `queries` Confident-GNMax queries (appendix D). Worst: every query answered,
+    data-independent. Best: every query answered by unanimous teachers, data-dependent (the bound the paper
+    reports). Upfront: the Laplace class ratio (section 6.2), when released."""
+    orders = np.asarray(orders, dtype=float)
+    worst = worst_case_rdp(p, queries, orders)
+    unanimous = np.zeros((1, p.bins))
+    unanimous[0, 0] = teachers
+    best, _ = rdp_confident_gnmax_batch(unanimous, p.threshold * teachers, p.sigma1, p.sigma2, orders, [True])
+    upfront = None if class_ratio_epsilon is None else {
+        "data_independent": laplace.rdp_laplace(class_ratio_epsilon, orders)}
+    return StepCost({"data_independent": worst}, orders, best={"data_dependent": queries * best,
+                                                               "data_independent": worst}, upfront=upfront)

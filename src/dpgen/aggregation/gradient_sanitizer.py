@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from dpgen.privacy.gswgan import rdp_gswgan_step
+from dpgen.privacy.cost import StepCost
+from dpgen.privacy.gswgan import BOUND_ALIASES, GSWGAN_ORDERS, rdp_gswgan_step
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,10 @@ class SanitizerParams:
     def rdp(self, batch_size: int, orders: np.ndarray) -> dict:
         """RDP of one sanitized batch under both bounds (dpgen.privacy.gswgan)."""
         return rdp_gswgan_step(self.n_discriminators, batch_size, self.noise_multiplier, orders)
+
+    def step_cost(self, batch_size: int) -> StepCost:
+        """One GS-WGAN generator step: one sanitized batch, known in advance under both bounds."""
+        return StepCost(self.rdp(batch_size, GSWGAN_ORDERS), GSWGAN_ORDERS, aliases=BOUND_ALIASES)
 
 
 def sanitize(grads: torch.Tensor, p: SanitizerParams, orders: np.ndarray, generator: torch.Generator | None = None):

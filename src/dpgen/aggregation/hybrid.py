@@ -21,8 +21,10 @@ import torch
 
 from dpgen.aggregation.dpgradagg import DPGradAggParams, confident_gnmax
 from dpgen.aggregation.pate_vote import teacher_votes
+from dpgen.privacy.cost import StepCost
 from dpgen.privacy.dpsgd import rdp_subsampled_gaussian
 from dpgen.privacy.gdp import mu_gaussian, mu_poisson_clt
+from dpgen.privacy.ledger import NO_DATA_DEPENDENT_BOUND
 from dpgen.privacy.pld import dpsgd_event
 
 THRESHOLD, VOTE, DPSGD = "gnmax_threshold", "gnmax_vote", "dpsgd_classifier_pairs"
@@ -99,10 +101,18 @@ def record(ledger, p: HybridParams, release: VoteRelease, sample_rate: float) ->
                       event=dpsgd_event(sample_rate, p.noise_multiplier))
 
 
-def worst_case_step(p: HybridParams, queries: int, student_steps: int, sample_rate: float, orders) -> dict:
-    """What `step_cost_bound` announces: every query checked AND answered, `student_steps` DP-SGD steps."""
-    mu_sq = queries * (p.mu_threshold**2 + p.mu_vote**2)
+def step_cost(p: HybridParams, queries: int, student_steps: int, sample_rate: float, orders) -> StepCost:
+    """One PATE-TripleGAN iteration: `queries` threshold checks, a GNMax vote for each answered one, and
+    `student_steps` DP-SGD steps (section 4.3). Worst: every query answered; best: none. All data-independent."""
+    orders = np.asarray(orders, dtype=float)
     channel, cost = dpsgd_cost(p, sample_rate, orders)
-    if channel == "gdp":
-        return {"gdp_mu": math.sqrt(mu_sq + student_steps * cost**2)}
-    return {"gdp_mu": math.sqrt(mu_sq), "data_independent": student_steps * cost}
+
+    def answering(answered: int) -> dict:
+        mu_sq = queries * p.mu_threshold**2 + answered * p.mu_vote**2
+        if channel == "gdp":
+            return {"gdp_mu": math.sqrt(mu_sq + student_steps * cost**2)}
+        return {"gdp_mu": math.sqrt(mu_sq), "data_independent": student_steps * cost}
+
+    events = ((dpsgd_event(sample_rate, p.noise_multiplier), student_steps),) if channel == "rdp" else ()
+    return StepCost(answering(queries), orders, best=answering(0), aliases=NO_DATA_DEPENDENT_BOUND,
+                    pld_events=events)

@@ -14,6 +14,7 @@ import torch
 
 from dpgen.aggregation.noise import secret_generator
 from dpgen.privacy import pategan
+from dpgen.privacy.cost import StepCost
 
 FAKE, REAL = 0, 1
 
@@ -45,6 +46,16 @@ def teacher_votes(logits: torch.Tensor) -> np.ndarray:
 def worst_case_rdp(lam: float, n_queries: int, orders) -> np.ndarray:
     """Data-independent RDP of n queries: each is (2 lam, 0)-DP (Papernot et al. 2017, Thm. 2)."""
     return n_queries * pategan.rdp_laplace_pate_data_independent(lam, orders)
+
+
+def step_cost(lam: float, teachers: int, queries: int, orders) -> StepCost:
+    """One PATE-GAN iteration: `queries` noisy votes. Worst: data-independent (Papernot et al. 2017, Thm. 2);
+    best: unanimous teachers, data-dependent (PATE-GAN appendix Thm. 5)."""
+    orders = np.asarray(orders, dtype=float)
+    worst = worst_case_rdp(lam, queries, orders)
+    unanimous = np.array([teachers, 0.0])
+    best = queries * pategan.rdp_laplace_pate(unanimous, lam, orders)
+    return StepCost({"data_independent": worst}, orders, best={"data_dependent": best, "data_independent": worst})
 
 
 def batch_rdp(votes: np.ndarray, lam: float, orders) -> np.ndarray:

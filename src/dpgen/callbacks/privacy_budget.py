@@ -83,7 +83,8 @@ class PrivacyBudget(pl.Callback):
         (always under the PLD conversion, which composes recorded releases only)."""
         if self.conversion == "pld":
             return None
-        cost = pl_module.step_cost_bound()
+        cost = pl_module.step_cost()
+        cost = None if cost is None else cost.worst
         return cost if cost is not None and (self.governing(pl_module.ledger) in cost or "gdp_mu" in cost) else None
 
     # snapshot

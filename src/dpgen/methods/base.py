@@ -18,7 +18,7 @@ class PrivateGenerator(pl.LightningModule):
     Contract used by the callbacks and the CLI:
       - `generator`: the `nn.Module` that is released (snapshot / restored by `PrivacyBudget`);
       - `ledger`: the `PrivacyLedger` every private release is written to (None for a non-private method);
-      - `step_cost_bound()`: worst-case RDP of the next step per bound, or None when unknown;
+      - `step_cost()`: what the next step can cost (privacy/cost.py `StepCost`), or None when unknown;
       - `pld_ready`: True when every release is recorded with a PLD event (privacy.conversion=pld allowed);
       - `sample(n, labels)`: `(x, y)` synthetic records on the CPU.
     """
@@ -72,7 +72,7 @@ class PrivateGenerator(pl.LightningModule):
             return torch.arange(n, device=self.device) % self.num_classes
         return self.random_labels(n)
 
-    def step_cost_bound(self):
+    def step_cost(self):
         return None
 
     def on_train_batch_start(self, batch, batch_idx):

@@ -26,9 +26,9 @@ from dpgen.methods.dpsgd_parts import (PoissonBatches, dp_optimizer, opacus_read
                                        secret_noise, trainable)
 from dpgen.nn.discriminator import ConditionalDiscriminator
 from dpgen.nn.fc import FCDiscriminator, FCGenerator
-from dpgen.privacy.dpsgd import noise_multiplier_of, rdp_subsampled_gaussian
+from dpgen.privacy.cost import dpsgd_step
+from dpgen.privacy.dpsgd import noise_multiplier_of
 from dpgen.privacy.ledger import NO_DATA_DEPENDENT_BOUND, PrivacyLedger
-from dpgen.privacy.pld import dpsgd_event
 from dpgen.privacy.rdp import DEFAULT_ORDERS
 
 MECHANISM = "dpsgd_discriminator"
@@ -81,7 +81,7 @@ class DPSGDGAN(PrivateGenerator):
         self.sample_rate: float | None = None
         self.dp_optimizer: DPOptimizer | None = None
         self.poisson: PoissonBatches | None = None
-        self._step_rdp = None
+        self._step_cost = None
 
     # nets
 
@@ -117,17 +117,14 @@ class DPSGDGAN(PrivateGenerator):
         opt = self.dp_optimizer
         return noise_multiplier_of(opt.noise_multiplier * opt.max_grad_norm, opt.max_grad_norm)
 
-    def step_rdp(self):
-        """RDP of one generator step: `critic_steps` Poisson-subsampled Gaussian steps (Opacus' RDP analysis)."""
-        if self._step_rdp is None:
-            self._step_rdp = rdp_subsampled_gaussian(self.sample_rate, self.accounted_noise_multiplier(),
-                                                     self.critic_steps, self.orders)
-        return self._step_rdp
-
-    def step_cost_bound(self):
+    def step_cost(self):
+        """One generator step: `critic_steps` Poisson-subsampled Gaussian steps (Opacus' RDP analysis)."""
         if self.sample_rate is None or self.dp_optimizer is None:
             return None
-        return {"data_independent": self.step_rdp()}
+        if self._step_cost is None:
+            self._step_cost = dpsgd_step(self.sample_rate, self.accounted_noise_multiplier(), self.critic_steps,
+                                         self.orders)
+        return self._step_cost
 
     def private_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The next Poisson batch (possibly empty)."""
@@ -165,10 +162,11 @@ class DPSGDGAN(PrivateGenerator):
 
     def training_step(self, batch, batch_idx):
         d_losses = [self.critic_step(*self.private_batch()) for _ in range(self.critic_steps)]
-        self.ledger.record(MECHANISM, {"data_independent": self.step_rdp()}, count=self.critic_steps,
+        cost = self.step_cost()
+        ((event, _),) = cost.pld_events
+        self.ledger.record(MECHANISM, cost.worst, count=self.critic_steps, event=event,
                            params={"sample_rate": self.sample_rate, "noise_multiplier": self.accounted_noise_multiplier(),
-                                   "max_grad_norm": self.max_grad_norm},
-                           event=dpsgd_event(self.sample_rate, self.accounted_noise_multiplier()))
+                                   "max_grad_norm": self.max_grad_norm})
         g_loss = self.generator_step()
         self.log_dict({"loss/d": torch.stack(d_losses).mean(), "loss/g": g_loss}, prog_bar=True)
 

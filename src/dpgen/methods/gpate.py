@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch.nn.functional import mse_loss
 
-from dpgen.aggregation.dpgradagg import DPGradAggParams, dp_grad_agg, worst_case_rdp
+from dpgen.aggregation.dpgradagg import DPGradAggParams, dp_grad_agg, step_cost
 from dpgen.aggregation.noise import secret_generator
 from dpgen.methods.base import PrivateGenerator
 from dpgen.nn.ensemble import TeacherEnsemble
@@ -79,11 +79,12 @@ class GPATE(PrivateGenerator):
         """b * k Confident-GNMax queries per iteration (k = dim without projection)."""
         return batch * self.agg.queries_per_sample(math.prod(self.shape))
 
-    def step_cost_bound(self):
+    def step_cost(self):
         if self.fake_batch is None:
             return None
         # Worst case known in advance; the data-dependent cost is known after the step (PrivacyBudget rolls back).
-        return {"data_independent": worst_case_rdp(self.agg, self.queries_per_step(self.fake_batch), self.orders)}
+        return step_cost(self.agg, self.n_teachers, self.queries_per_step(self.fake_batch), self.orders,
+                         self.class_ratio_epsilon)
 
     def on_fit_start(self) -> None:
         # Runs after a checkpoint is restored (ledger and class_probs included), so a resumed run never releases

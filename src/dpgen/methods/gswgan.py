@@ -58,7 +58,7 @@ class GSWGAN(PrivateGenerator):
         self.ledger = PrivacyLedger(self.orders, aliases=BOUND_ALIASES)
         self.rng = secret_generator()  # choice of critic, batches and sanitizer noise (aggregation/noise.py)
         self.shards: torch.Tensor | None = None
-        self._step_rdp = None
+        self._step_cost = None
 
     def configure_optimizers(self):
         return torch.optim.Adam(self.net_train.parameters(), lr=self.lr, betas=self.betas)
@@ -110,13 +110,10 @@ class GSWGAN(PrivateGenerator):
 
     # privacy
 
-    def step_rdp(self) -> dict:
-        if self._step_rdp is None:
-            self._step_rdp = self.sanitizer.rdp(self.batch_size, self.orders)
-        return self._step_rdp
-
-    def step_cost_bound(self):
-        return self.step_rdp()  # known before the step, under both bounds
+    def step_cost(self):
+        if self._step_cost is None:  # known before the step, under both bounds
+            self._step_cost = self.sanitizer.step_cost(self.batch_size)
+        return self._step_cost
 
     # training
 

@@ -12,7 +12,7 @@ Per generator iteration: `teacher_steps` teacher steps (own labelled pairs real,
 labelled by Confident-GNMax votes of the teachers, learned where answered, weight 1 - alpha (eq. 12); (b) a
 Poisson batch (rate batch_size / N) of private records paired with the classifier's label, learned with
 DP-SGD (Opacus: per-record clip, Gaussian noise), weight alpha (eq. 11); then one classifier step and one
-generator step. Every release is recorded before the step's result is kept, and `step_cost_bound()` gives
+generator step. Every release is recorded before the step's result is kept, and `step_cost()` gives
 the data-independent worst case (all queries answered), so the budget stops before it is exceeded.
 
 Two deliberate deviations, both to keep DP-SGD's per-record sensitivity true (docs/PRIVACY.md):
@@ -125,11 +125,11 @@ class PATETripleGAN(PrivateGenerator):
         """Votes are Gaussians; the DP-SGD part has a PLD event unless accounted by the central-limit mu."""
         return self.hybrid.accounting == "rdp"
 
-    def step_cost_bound(self):
+    def step_cost(self):
         if self.sample_rate is None:
             return None
-        return hybrid.worst_case_step(self.hybrid, self.student_steps * self.batch_size, self.student_steps,
-                                      self.sample_rate, self.orders)
+        return hybrid.step_cost(self.hybrid, self.student_steps * self.batch_size, self.student_steps,
+                                self.sample_rate, self.orders)
 
     def private_batch(self):
         """Poisson batch of record indices (possibly empty) over all N records."""

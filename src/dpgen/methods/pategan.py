@@ -8,7 +8,7 @@ per teacher step, so each teacher sees b fresh records of its own partition per 
 This module never reads the training set itself: the teachers' only path to data is that batch.
 
 Budget. Every labelled sample is one query recorded in the ledger (`laplace_pate`, count = samples).
-`step_cost_bound()` announces the data-independent worst case of the next step, so under
+`step_cost()` announces the data-independent worst case of the next step, so under
 `privacy.bound=data_independent` PrivacyBudget stops before a step could exceed epsilon; under the
 data-dependent bound the cost is known after the step and an overshooting step is rolled back (generator
 and ledger), so no generator over budget is ever released.
@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch.nn.functional import binary_cross_entropy_with_logits as bce
 
-from dpgen.aggregation.pate_vote import laplace_vote_batch, secret_rng, worst_case_rdp
+from dpgen.aggregation.pate_vote import laplace_vote_batch, secret_rng, step_cost
 from dpgen.methods.base import PrivateGenerator, frozen
 from dpgen.nn.ensemble import TeacherEnsemble
 from dpgen.privacy.ledger import PrivacyLedger
@@ -71,8 +71,8 @@ class PATEGAN(PrivateGenerator):
     def queries_per_step(self) -> int:
         return self.student_steps * self.batch_size
 
-    def step_cost_bound(self):
-        return {"data_independent": worst_case_rdp(self.lam, self.queries_per_step(), self.orders)}
+    def step_cost(self):
+        return step_cost(self.lam, self.n_teachers, self.queries_per_step(), self.orders)
 
     def on_train_start(self) -> None:
         self.rng = secret_rng()

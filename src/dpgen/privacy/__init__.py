@@ -2,7 +2,8 @@
 
 Modules: rdp (orders, RDP -> (eps, delta)), pate (Confident-GNMax), pategan (Laplace PATE moments
 accountant), dpsgd (subsampled Gaussian via Opacus), gdp (Gaussian DP), laplace (released counts),
-ledger (PrivacyLedger), plan (steps within a budget), pld (privacy loss distributions via dp_accounting).
+ledger (PrivacyLedger), cost (StepCost: what one training step can cost), plan (steps
+within a budget), pld (privacy loss distributions via dp_accounting).
 See docs/PRIVACY.md.
 """
 

@@ -36,3 +36,4 @@ def noise_multiplier_of(noise_std: float, sensitivity: float) -> float:
     if not noise_std > 0 or not sensitivity > 0:
         raise ValueError(f"noise std and sensitivity must be > 0, got {noise_std}, {sensitivity}")
     return float(noise_std) / float(sensitivity)
+
