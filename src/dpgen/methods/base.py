@@ -66,6 +66,11 @@ class PrivateGenerator(pl.LightningModule):
             return torch.randint(0, self.num_classes, (n,), device=self.device)
         return torch.multinomial(self.class_probs.to(self.device), n, replacement=True)
 
+    def generated(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """n training samples G(z, y) with their labels (`random_labels`), differentiable in the generator."""
+        y = self.random_labels(n)
+        return self.net_g(self.latent(n), y), y
+
     def sample_labels(self, n: int) -> torch.Tensor:
         """Labels of a synthetic data set: balanced, or drawn from `class_probs`."""
         if self.class_probs is None:
@@ -74,6 +79,18 @@ class PrivateGenerator(pl.LightningModule):
 
     def step_cost(self):
         return None
+
+    def generator_step_against(self, judge: nn.Module, loss, n: int) -> torch.Tensor:
+        """One step of the generator (its optimizer is the first) on `loss(logits)` of the frozen `judge` on n
+        fresh samples G(z, y): nothing is left on the judge (`frozen`)."""
+        fake, y = self.generated(n)
+        with frozen(judge):
+            value = loss(judge(fake, y).view(-1))
+            opt = self.optimizers()[0]
+            opt.zero_grad()
+            self.manual_backward(value)
+            opt.step()
+        return value.detach()
 
     def on_train_batch_start(self, batch, batch_idx):
         # PrivacyBudget requests a stop before a step that could exceed the budget: -1 skips that step.

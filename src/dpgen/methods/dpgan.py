@@ -21,7 +21,7 @@ from opacus.optimizers import DPOptimizer
 from torch import nn
 from torch.nn.functional import binary_cross_entropy_with_logits as bce
 
-from dpgen.methods.base import PrivateGenerator, frozen
+from dpgen.methods.base import PrivateGenerator
 from dpgen.methods.dpsgd_parts import (PoissonBatches, dp_optimizer, opacus_ready, private_step_with, public_term,
                                        secret_noise, trainable)
 from dpgen.nn.discriminator import ConditionalDiscriminator
@@ -135,9 +135,8 @@ class DPSGDGAN(PrivateGenerator):
 
     def critic_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         opt = self.dp_optimizer
-        fake_y = self.random_labels(self.batch_size)
         with torch.no_grad():
-            fake = self.net_g(self.latent(self.batch_size), fake_y)
+            fake, fake_y = self.generated(self.batch_size)
         opt.zero_grad()
         # the fake term is public given D: plain gradients, no per-sample work
         fake_term, fake_grads = public_term(self.net_d, lambda: self.fake_loss(self.net_d(fake, fake_y)))
@@ -151,14 +150,8 @@ class DPSGDGAN(PrivateGenerator):
         return (real_term / self.batch_size + fake_term).detach()
 
     def generator_step(self) -> torch.Tensor:
-        opt_g = self.optimizers()[0]
-        y = self.random_labels(self.batch_size)
-        with frozen(self.net_d):  # the generator step leaves nothing on the private discriminator
-            g_loss = self.generator_loss(self.net_d(self.net_g(self.latent(self.batch_size), y), y))
-            opt_g.zero_grad()
-            self.manual_backward(g_loss)
-            opt_g.step()
-        return g_loss.detach()
+        # the generator step leaves nothing on the private discriminator
+        return self.generator_step_against(self.net_d, self.generator_loss, self.batch_size)
 
     def training_step(self, batch, batch_idx):
         d_losses = [self.critic_step(*self.private_batch()) for _ in range(self.critic_steps)]

@@ -36,7 +36,7 @@ from torch.utils.data import TensorDataset
 
 from dpgen.aggregation import hybrid
 from dpgen.aggregation.noise import secret_generator
-from dpgen.methods.base import PrivateGenerator, frozen
+from dpgen.methods.base import PrivateGenerator
 from dpgen.methods.dpsgd_parts import (PoissonBatches, dp_optimizer, opacus_ready, private_step_with, public_term,
                                        secret_noise)
 from dpgen.nn.classifier import CNNClassifier
@@ -143,20 +143,16 @@ class PATETripleGAN(PrivateGenerator):
         """The student discriminator's logit (n,) for data-label pairs."""
         return self.student(x, y).view(-1)
 
-    def fake_batch(self, n: int):
-        y = self.random_labels(n)
-        return self.net_g(self.latent(n), y), y
-
     def teacher_step(self, real_x: torch.Tensor, real_y: torch.Tensor) -> torch.Tensor:
         """Equation 9: each teacher's own labelled pairs are real, one batch of generator pairs is fake."""
         with torch.no_grad():
-            fake, fake_y = self.fake_batch(real_x.shape[1])
+            fake, fake_y = self.generated(real_x.shape[1])
         return self.ensemble.train_step(real_x, real_y, fake, fake_y).mean()
 
     def student_step(self) -> torch.Tensor:
         # (a) generator pairs: Confident-GNMax labels, released and charged; public given them
         with torch.no_grad():
-            u, uy = self.fake_batch(self.batch_size)
+            u, uy = self.generated(self.batch_size)
         release = hybrid.noisy_vote(self.ensemble.predict_logits(u, uy), self.hybrid, self.noise)
         hybrid.record(self.ledger, self.hybrid, release, self.sample_rate)
         keep = torch.as_tensor(release.answered, device=self.device)
@@ -178,7 +174,7 @@ class PATETripleGAN(PrivateGenerator):
     def classifier_step(self) -> torch.Tensor:
         """Triple-GAN's R_P: the classifier learns the generator's pairs (post-processing of released state)."""
         with torch.no_grad():
-            x, y = self.fake_batch(self.batch_size)
+            x, y = self.generated(self.batch_size)
         loss = cross_entropy(self.classifier(x), y)
         opt = self.optimizers()[1]
         opt.zero_grad()
@@ -187,14 +183,8 @@ class PATETripleGAN(PrivateGenerator):
         return loss.detach()
 
     def generator_step(self) -> torch.Tensor:
-        fake, y = self.fake_batch(self.batch_size)
-        with frozen(self.student):
-            loss = (1 - self.alpha) * bce(self.judge(fake, y), torch.ones(len(y), device=self.device))
-            opt = self.optimizers()[0]
-            opt.zero_grad()
-            self.manual_backward(loss)
-            opt.step()
-        return loss.detach()
+        return self.generator_step_against(self.student, lambda s: (1 - self.alpha) * bce(s, torch.ones_like(s)),
+                                           self.batch_size)
 
     def training_step(self, batch, batch_idx):
         real_x, real_y = batch[0][:self.n_teachers], batch[1][:self.n_teachers]  # the labelled partitions

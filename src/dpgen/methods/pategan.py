@@ -19,7 +19,7 @@ import torch
 from torch.nn.functional import binary_cross_entropy_with_logits as bce
 
 from dpgen.aggregation.pate_vote import laplace_vote_batch, secret_rng, step_cost
-from dpgen.methods.base import PrivateGenerator, frozen
+from dpgen.methods.base import PrivateGenerator
 from dpgen.nn.ensemble import TeacherEnsemble
 from dpgen.privacy.ledger import PrivacyLedger
 from dpgen.privacy.rdp import DEFAULT_ORDERS
@@ -77,20 +77,16 @@ class PATEGAN(PrivateGenerator):
     def on_train_start(self) -> None:
         self.rng = secret_rng()
 
-    def fake_batch(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        y = self.random_labels(n)
-        return self.net_g(self.latent(n), y), y
-
     def teacher_step(self, real_x: torch.Tensor, real_y: torch.Tensor) -> torch.Tensor:
         """Algorithm 1 lines 5-10: every teacher takes an Adam step on its own b records vs one fake batch."""
         with torch.no_grad():
-            fake, fake_y = self.fake_batch(real_x.shape[1])
+            fake, fake_y = self.generated(real_x.shape[1])
         return self.ensemble.train_step(real_x, real_y, fake, fake_y)
 
     def student_step(self) -> torch.Tensor:
         """Algorithm 1 lines 12-21: n generated samples, labelled by the noisy vote, charged, then learned."""
         with torch.no_grad():
-            u, y = self.fake_batch(self.batch_size)
+            u, y = self.generated(self.batch_size)
         release = laplace_vote_batch(self.ensemble.predict_logits(u, y), self.lam, self.orders, self.rng)
         self.ledger.record(MECHANISM, release.rdp, count=release.count,
                            params={"lam": self.lam, "laplace_scale": 1.0 / self.lam, "n_teachers": self.n_teachers})
@@ -104,14 +100,7 @@ class PATEGAN(PrivateGenerator):
 
     def generator_step(self) -> torch.Tensor:
         """Algorithm 1 lines 22-24, with the non-saturating form -log S(G(z)) of eq. 5's log(1 - S(G(z)))."""
-        fake, y = self.fake_batch(self.batch_size)
-        with frozen(self.student):
-            loss = bce(self.student(fake, y).view(-1), torch.ones(self.batch_size, device=fake.device))
-            opt = self.optimizers()[0]
-            opt.zero_grad()
-            self.manual_backward(loss)
-            opt.step()
-        return loss.detach()
+        return self.generator_step_against(self.student, lambda s: bce(s, torch.ones_like(s)), self.batch_size)
 
     def training_step(self, batch, batch_idx):
         real_x, real_y = batch  # (k, B, ...): row t from teacher t's partition only
