@@ -6,6 +6,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from rich.console import Console
 from rich.table import Table
@@ -21,6 +23,43 @@ USER_ERRORS = (DataError, BudgetError, CheckpointError)
 console = Console()
 # PATE-TripleGAN's data split: round(teachers / labelled fraction) partitions, the first `teachers` labelled
 OmegaConf.register_new_resolver("partitions", lambda teachers, percent: round(teachers / percent), replace=True)
+
+
+def fail(message: str) -> None:
+    """A user's mistake: one error line, exit status 2."""
+    console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
+    sys.exit(2)
+
+
+def check_config(config_name: str, argv: list[str] | None = None) -> None:
+    """Compose the configuration as Hydra is about to, so that an unknown option, a bad override or a required
+    value left unset is one error line naming the key (exit 2) instead of Hydra's block. Command lines with
+    Hydra flags (--multirun, --cfg, --help, ...) are left to Hydra."""
+    argv = sys.argv[1:] if argv is None else argv
+    if any(arg.startswith("-") for arg in argv):
+        return
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose(config_name, overrides=argv)
+    except HydraException as err:
+        lines = [line.strip() for line in str(err).splitlines()
+                 if line.strip() and not line.strip().startswith(("full_key", "object_type", "Available options"))]
+        if err.__cause__ is not None:  # e.g. "Key 'x' is not in struct": the reason, before Hydra's advice
+            lines.insert(1, str(err.__cause__).splitlines()[0])
+        options = getattr(err, "options", None)
+        if options:
+            lines = [lines[0], f"choose one of: {', '.join(sorted(options))}"]
+        fail((f"{err.override}: " if getattr(err, "override", None) else "") + "; ".join(lines))
+    missing = sorted(missing_keys(OmegaConf.to_container(cfg, resolve=False)))
+    if missing:
+        fail(f"{', '.join(missing)} must be given: add {' '.join(f'{key}=<value>' for key in missing)} to the command")
+
+
+def missing_keys(tree, prefix: str = "") -> list[str]:
+    """Keys whose value is OmegaConf's ??? (required, no default), without resolving interpolations."""
+    if isinstance(tree, dict):
+        return [k for key, value in tree.items() for k in missing_keys(value, f"{prefix}{key}.")]
+    return [prefix[:-1]] if tree == "???" else []
 
 
 def machine(accelerator: str = "cpu") -> str:

@@ -3,7 +3,6 @@ the same format) against the real data, with the protocol of the evaluation call
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import hydra
@@ -12,7 +11,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from dpgen.cli.common import CONF_DIR, USER_ERRORS, console, print_metrics
+from dpgen.cli.common import CONF_DIR, USER_ERRORS, check_config, console, fail, print_metrics
 
 
 def load_synthetic(path: Path, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -61,12 +60,17 @@ def run(cfg: DictConfig) -> dict:
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="evaluate", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+def hydra_main(cfg: DictConfig) -> None:
     try:
         run(cfg)
     except (*USER_ERRORS, FileNotFoundError, ValueError) as err:
-        console.print(f"[bold red]error:[/] {err}")
-        sys.exit(2)
+        fail(str(err))
+
+
+def main() -> None:
+    """Entry point: a configuration mistake is one error line (exit 2); then Hydra runs the job."""
+    check_config("evaluate")
+    hydra_main()
 
 
 if __name__ == "__main__":

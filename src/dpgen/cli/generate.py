@@ -3,7 +3,6 @@ generator, with the run's privacy.json copied beside it. Sampling is post-proces
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import hydra
@@ -13,7 +12,7 @@ from omegaconf import DictConfig
 from rich.progress import track
 from torchvision.utils import save_image
 
-from dpgen.cli.common import CONF_DIR, console
+from dpgen.cli.common import CONF_DIR, check_config, console, fail
 from dpgen.nn.generator import generate
 
 FORMATS = ("npz", "csv", "png")
@@ -86,12 +85,17 @@ def run(cfg: DictConfig) -> Path:
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="generate", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+def hydra_main(cfg: DictConfig) -> None:
     try:
         run(cfg)
     except (FileNotFoundError, ValueError) as err:
-        console.print(f"[bold red]error:[/] {err}")
-        sys.exit(2)
+        fail(str(err))
+
+
+def main() -> None:
+    """Entry point: a configuration mistake is one error line (exit 2); then Hydra runs the job."""
+    check_config("generate")
+    hydra_main()
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from dpgen.aggregation import dpgradagg, hybrid, pate_vote
 from dpgen.aggregation.dpgradagg import DPGradAggParams
 from dpgen.aggregation.gradient_sanitizer import SanitizerParams
 from dpgen.aggregation.hybrid import HybridParams
-from dpgen.cli.common import CONF_DIR, USER_ERRORS, console
+from dpgen.cli.common import CONF_DIR, USER_ERRORS, console, fail
 from dpgen.cli.train import build_datamodule
 from dpgen.privacy.cost import StepCost, dpsgd_step
 from dpgen.privacy.dpsgd import noise_multiplier_of
@@ -189,8 +189,7 @@ def cli() -> None:
     try:
         main()
     except (ValueError, *USER_ERRORS) as err:
-        console.print(f"[bold red]error:[/] {err}")
-        sys.exit(2)
+        fail(str(err))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ import argparse
 import json
 import math
 import shutil
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -30,7 +29,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
-from dpgen.cli.common import console  # noqa: E402
+from dpgen.cli.common import console, fail  # noqa: E402
 
 
 def find_runs(paths: list[Path]) -> list[Path]:
@@ -213,5 +212,4 @@ def cli() -> None:
     try:
         main()
     except (FileNotFoundError, ValueError) as err:
-        console.print(f"[bold red]error:[/] {err}")
-        sys.exit(2)
+        fail(str(err))

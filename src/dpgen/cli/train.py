@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -18,7 +17,8 @@ from dpgen.callbacks.progress_log import ProgressLog
 from dpgen.callbacks.random_state import RandomState
 from dpgen.callbacks.run_clock import RunClock, peak_rss_gb
 from dpgen.callbacks.sample_grid import SampleGrid
-from dpgen.cli.common import CONF_DIR, USER_ERRORS, command_line, console, machine, print_summary
+from dpgen.cli.common import (CONF_DIR, USER_ERRORS, check_config, command_line, fail, machine,
+                              print_summary)
 
 
 def build_datamodule(cfg: DictConfig):
@@ -106,12 +106,17 @@ def run(cfg: DictConfig) -> dict:
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+def hydra_main(cfg: DictConfig) -> None:
     try:
         run(cfg)
     except USER_ERRORS as err:
-        console.print(f"[bold red]error:[/] {err}")
-        sys.exit(2)
+        fail(str(err))
+
+
+def main() -> None:
+    """Entry point: a configuration mistake is one error line (exit 2); then Hydra runs the job."""
+    check_config("config")
+    hydra_main()
 
 
 if __name__ == "__main__":
