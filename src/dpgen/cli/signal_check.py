@@ -1,4 +1,5 @@
-"""How much of the teachers' signal reaches G-PATE's generator: the G-PATE loop without Lightning or accounting.
+"""`python -m dpgen.cli.signal_check`: how much of the teachers' signal reaches G-PATE's generator, the G-PATE loop
+without Lightning or the privacy budget (docs/GPATE.md).
 
 Each step is G-PATE Algorithm 1 (one fake batch, one Adam step per teacher, the teachers' input gradients),
 with the aggregation chosen by --agg: `mean` (the plain mean of the teachers' gradients, no privacy: the upper
@@ -10,8 +11,8 @@ classifier, with the generator's BatchNorm in eval mode (running statistics, as 
 mode (batch statistics, as the reference code generates), and for `dpgradagg` the epsilon spent so far
 (delta = 1e-5, both bounds). Sample grids go to --out.
 
-    OMP_NUM_THREADS=1 python scripts/gpate_signal_check.py --agg mean --teachers 200
-    OMP_NUM_THREADS=1 python scripts/gpate_signal_check.py --agg dpgradagg --clip 1e-6 --teachers 200 \
+    OMP_NUM_THREADS=1 python -m dpgen.cli.signal_check --agg mean --teachers 200
+    OMP_NUM_THREADS=1 python -m dpgen.cli.signal_check --agg dpgradagg --clip 1e-6 --teachers 200 \
         --channels 11 16 --hidden 64 --steps 600
 """
 from __future__ import annotations
@@ -34,7 +35,7 @@ from dpgen.nn.generator import ConditionalImageGenerator, label_matched, latent
 from dpgen.privacy.rdp import DEFAULT_ORDERS, eps_from_rdp
 
 
-def parse_args():
+def parse_args(argv: list[str] | None = None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--agg", choices=["mean", "dpgradagg"], default="mean")
     p.add_argument("--teachers", type=int, default=200)
@@ -69,7 +70,7 @@ def parse_args():
     p.add_argument("--label-matched", action="store_true",
                    help="teachers train on fakes drawn with their own real labels (method.module.label_matched_fakes)")
     p.add_argument("--shared-init", action="store_true", help="all teachers start from the same weights")
-    return p.parse_args()
+    return p.parse_args(argv)
 
 
 def label_accuracy(gen, classifier, z, y, batch: int, train_mode: bool):
@@ -82,8 +83,8 @@ def label_accuracy(gen, classifier, z, y, batch: int, train_mode: bool):
     return (classifier(x).argmax(1) == y).float().mean().item(), x
 
 
-def main():
-    a = parse_args()
+def main(argv: list[str] | None = None) -> None:
+    a = parse_args(argv)
     torch.manual_seed(a.seed)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
