@@ -4,7 +4,7 @@ import torch
 from opacus import GradSampleModule
 from torch import nn
 
-from dpgen.methods.base import frozen
+from dpgen.methods.base import frozen, running_stats_kept
 
 
 def test_frozen_net_takes_no_gradient_and_no_per_sample_gradient():
@@ -27,3 +27,17 @@ def test_an_error_inside_leaves_the_net_trainable(wrap):
             raise RuntimeError("boom")
     assert all(p.requires_grad for p in net.parameters())
     assert getattr(net, "hooks_enabled", True)
+
+
+def test_running_stats_kept_restores_batch_norm_statistics_even_on_an_error():
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4)).train()
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    with running_stats_kept(net):
+        out = net(torch.randn(8, 3) * 5 + 2)
+        assert not torch.equal(net[1].running_mean, before["1.running_mean"])  # training mode did move them
+    assert out.std(0).mean() > 0.5  # batch statistics were used inside the block
+    with pytest.raises(RuntimeError), running_stats_kept(net):
+        net(torch.randn(8, 3))
+        raise RuntimeError("boom")
+    for key, value in net.state_dict().items():
+        assert torch.equal(value, before[key]), key

@@ -182,3 +182,33 @@ def test_generator_learns_from_the_sanitized_gradient_only(monkeypatch, tmp_path
     assert seen["grads"].shape == (8, 1, 8, 8) and len(captured) == 1
     # what reaches the generator's output is the sanitizer's output / batch size, nothing else
     assert torch.allclose(captured[0], torch.full_like(captured[0], 1 / 8))
+
+
+class OneLabelFlipped(Images):
+    def load(self):
+        train, test = super().load()
+        y = train.y.clone()
+        y[0] = 1 - y[0]  # a neighbouring data set: one record's label changed
+        return TensorData(train.x, y), test
+
+
+def test_private_labels_do_not_reach_the_released_generator_through_batch_norm(monkeypatch, tmp_path):
+    """The critic steps draw fakes with the chosen shard's private labels; the released generator (its weights
+    and its BatchNorm running statistics, which sampling in eval mode uses) must not depend on them. Critics
+    frozen and secret noise fixed, so the sanitized gradients are equal on both data sets."""
+    monkeypatch.setattr("dpgen.methods.gswgan.secret_generator", lambda: torch.Generator().manual_seed(0))
+    monkeypatch.setattr(CriticEnsemble, "pretrain", lambda self, *a, **k: None)
+    monkeypatch.setattr(CriticEnsemble, "train_step", lambda self, *a, **k: torch.zeros(1))
+    released = []
+    for datamodule in (Images(batch_size=8), OneLabelFlipped(batch_size=8)):
+        torch.manual_seed(0)
+        # one critic whose batch is its whole shard: the changed record is in every critic step
+        model = tiny_gswgan(n_discriminators=1, batch_size=200,
+                            generator={"fc_dim": 16, "start_channels": 4, "deconv_channels": [4]})
+        assert any(isinstance(m, torch.nn.BatchNorm2d) for m in model.net_g.modules())
+        trainer = pl.Trainer(max_steps=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                             enable_model_summary=False, default_root_dir=tmp_path)
+        trainer.fit(model, datamodule=datamodule)
+        released.append(model.net_g.state_dict())
+    for key, value in released[0].items():
+        assert torch.equal(value, released[1][key]), key

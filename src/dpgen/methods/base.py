@@ -114,6 +114,20 @@ class PrivateGenerator(pl.LightningModule):
 
 
 @contextmanager
+def running_stats_kept(net: nn.Module):
+    """`net` runs as it is inside the block (BatchNorm in training mode normalises with batch statistics), but its
+    buffers (BatchNorm running statistics) are restored afterwards: a forward pass on private inputs leaves nothing
+    in them, so nothing private reaches what is released through them. Restored even on an error."""
+    saved = [buffer.clone() for buffer in net.buffers()]
+    try:
+        yield net
+    finally:
+        with torch.no_grad():
+            for buffer, value in zip(net.buffers(), saved):
+                buffer.copy_(value)
+
+
+@contextmanager
 def frozen(net: nn.Module):
     """`net` takes no gradient inside the block (and an Opacus `GradSampleModule` computes no per-sample
     gradients): a generator step through a discriminator leaves nothing on it. Restored even on an error."""

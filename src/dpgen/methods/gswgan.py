@@ -20,7 +20,7 @@ import torch
 
 from dpgen.aggregation.noise import secret_generator
 from dpgen.aggregation.gradient_sanitizer import SanitizerParams, sanitize
-from dpgen.methods.base import PrivateGenerator
+from dpgen.methods.base import PrivateGenerator, running_stats_kept
 from dpgen.nn.critic import CriticEnsemble
 from dpgen.privacy.gswgan import BOUND_ALIASES, GSWGAN_ORDERS
 from dpgen.privacy.ledger import PrivacyLedger
@@ -121,7 +121,8 @@ class GSWGAN(PrivateGenerator):
         j = int(torch.randint(self.n_discriminators, (1,), generator=self.rng))  # the subsampling of the accounting
         for _ in range(self.critic_steps):
             real_x, real_y = self.shard_batch(j, j + 1)
-            with torch.no_grad():
+            # fakes with the shard's private labels: batch statistics, running statistics left as they were
+            with torch.no_grad(), running_stats_kept(self.net_train):
                 fake_x = self.net_train(self.latent(real_y.shape[1]), real_y[0]).unsqueeze(0)
             d_loss = self.critics.train_step(j, j + 1, real_x, real_y, fake_x, self.rng)[0]
         y = self.random_labels(self.batch_size)
