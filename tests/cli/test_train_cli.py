@@ -8,9 +8,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
 from PIL import Image
 
-from dpgen.cli.common import check_config
+from dpgen.callbacks import PrivacyBudget
+from dpgen.callbacks.downstream import EvaluationCallback
+from dpgen.callbacks.sample_grid import SampleGrid
+from dpgen.cli.common import CONF_DIR, check_config
+from dpgen.cli.train import build_callbacks
 from fixtures import write_celeba, write_credit, write_image_folder
 
 REPO = Path(__file__).resolve().parents[2]
@@ -147,3 +152,12 @@ def test_a_rolled_back_step_is_not_counted_as_a_step_of_the_released_generator(t
     privacy = json.loads((tmp_path / "run" / "privacy.json").read_text())
     assert privacy["stop"]["discarded_steps"] == 1 and metrics["steps_run"] == metrics["steps"] + 1 >= 3
     assert privacy["mechanisms"]["confident_gnmax"]["count"] == metrics["steps"] * 10 * 10
+
+
+def test_the_budget_judges_a_step_before_any_callback_writes_what_it_made(tmp_path):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=["method=gpate"])
+    callbacks = build_callbacks(cfg, tmp_path)
+    budget = next(i for i, cb in enumerate(callbacks) if isinstance(cb, PrivacyBudget))
+    writers = [i for i, cb in enumerate(callbacks) if isinstance(cb, (SampleGrid, EvaluationCallback))]
+    assert len(writers) >= 2 and budget < min(writers)

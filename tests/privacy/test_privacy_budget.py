@@ -188,3 +188,53 @@ def test_checkpoints_never_hold_an_over_budget_generator(tmp_path):
     weights = {k.removeprefix("generator."): v for k, v in last["state_dict"].items()}
     for k, v in module.generator.state_dict().items():
         assert torch.equal(weights[k], v)
+
+
+class ToyWithStudent(Toy):
+    """A generator and a student with stateful optimizers (what a step's releases reach), and private teachers
+    (their own data only, so a rolled-back step may leave them as they are)."""
+    private_modules = ("teachers",)
+
+    def __init__(self):
+        super().__init__(announce=None)  # cost known only after the step: the 9th step is rolled back
+        self.student, self.teachers = nn.Linear(2, 1), nn.Linear(2, 2)
+
+    def training_step(self, batch, batch_idx):
+        with torch.no_grad():
+            self.teachers.weight.add_(1.0)
+        for opt, net in zip(self.optimizers(), (self.generator, self.student)):
+            opt.zero_grad()
+            self.manual_backward((net(batch[0]) - 1.0).pow(2).mean())
+            opt.step()
+        self.ledger.record("toy", {"data_dependent": np.array([DD]), "data_independent": np.array([DI])},
+                           count=3, params={"sigma": 1.0})
+
+    def configure_optimizers(self):
+        return (torch.optim.SGD(self.generator.parameters(), lr=0.1, momentum=0.9),
+                torch.optim.Adam(self.student.parameters(), lr=0.1))
+
+
+def optimizer_tensors(optimizers):
+    return [v for opt in optimizers for state in opt.state_dict()["state"].values() for v in state.values()]
+
+
+def test_a_rolled_back_step_leaves_only_the_private_modules_changed(tmp_path):
+    reference = ToyWithStudent()
+    ref_trainer = fit(tmp_path / "ref", reference, PrivacyBudget(100.0, DELTA), max_steps=16)  # 2 optimizer steps each
+    module = ToyWithStudent()
+    saver = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=1, save_last=True)
+    t = pl.Trainer(max_steps=1000, max_epochs=-1, accelerator="cpu", logger=False, enable_progress_bar=False,
+                   enable_model_summary=False, default_root_dir=tmp_path, callbacks=[saver, PrivacyBudget(BUDGET, DELTA)])
+    t.fit(module)
+    assert t.global_step == 18 and module.ledger.stop["discarded_steps"] == 1
+    for name in ("generator", "student"):
+        for a, b in zip(getattr(module, name).parameters(), getattr(reference, name).parameters()):
+            assert torch.equal(a, b), name
+    after, before = optimizer_tensors(t.optimizers), optimizer_tensors(ref_trainer.optimizers)
+    assert len(after) == len(before) == 2 + 2 * 3  # 2 momenta (generator); step, exp_avg, exp_avg_sq x 2 (student)
+    assert all(torch.equal(a, b) for a, b in zip(after, before))
+    assert torch.equal(module.teachers.weight, reference.teachers.weight + 1.0)  # private: the 9th update stays
+    # the checkpoint written after the rolled-back step holds the in-budget optimizer state too
+    last = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
+    saved = [v for opt in last["optimizer_states"] for state in opt["state"].values() for v in state.values()]
+    assert all(torch.equal(a, b) for a, b in zip(saved, before))

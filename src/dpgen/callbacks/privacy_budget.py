@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -24,9 +25,13 @@ class PrivacyBudget(pl.Callback):
     Contract with the LightningModule (dpgen.methods.base.PrivateGenerator):
       - `ledger`: a dpgen.privacy.PrivacyLedger that the module's mechanisms record into during
         `training_step`, or None for a non-private method (then this callback does nothing);
-      - `generator`: the nn.Module that is released (snapshotted and restored here);
-      - `step_cost_bound()`: Mapping bound -> RDP over the ledger's orders, an upper bound on what the
-        next training step can record, or None when unknown; a bound missing from the mapping (e.g. a
+      - `private_modules` (optional): names of submodules whose state is a function of their own private
+        partitions and public inputs only (teacher ensembles, critics). Everything else a step changes (the
+        released generator, students, DP discriminators and every optimizer's state) can carry the step's
+        releases forward, so it is snapshotted and rolled back with the ledger; the private modules are not
+        (they release nothing by themselves, and they can be most of the memory);
+      - `step_cost()`: a StepCost whose `worst` maps bound -> RDP over the ledger's orders, an upper bound on
+        what the next training step can record, or None when unknown; a bound missing from the mapping (e.g. a
         data-dependent one) is treated as known only after the step;
       - `on_train_batch_start` returns -1 when `self.trainer.should_stop` is set, so that a step refused
         here does not run (Lightning runs a batch whose callbacks set should_stop otherwise).
@@ -38,11 +43,13 @@ class PrivacyBudget(pl.Callback):
         skipped through the module hook above.
       - after each batch: if eps(ledger) > epsilon (possible when the cost is only known afterwards, e.g.
         data-dependent PATE with step_cost_bound None, or conversion="pld"), restore the generator and the
-        ledger to the last in-budget snapshot and stop; otherwise refresh that snapshot (in-place tensor copies).
-      - the snapshot pair (generator, ledger) is the callback state saved in every checkpoint, and the
-        ledger is also written under checkpoint["privacy_ledger"]; a resumed run restarts from that pair,
+        released state (above), the optimizers and the ledger to the last in-budget snapshot and stop; otherwise
+        refresh that snapshot (in-place tensor copies). Callbacks that write what the generator makes (sample
+        grids, evaluations) must come after this one in the trainer's list, so they never see a rolled-back step.
+      - the snapshot (released state, optimizers, ledger) is the callback state saved in every checkpoint, and the
+        ledger is also written under checkpoint["privacy_ledger"]; a resumed run restarts from that snapshot,
         so it ends with the same epsilon as an uninterrupted run. ModelCheckpoint runs after this callback
-        (Lightning orders checkpoint callbacks last), so it never saves an over-budget generator.
+        (Lightning orders checkpoint callbacks last), so it never saves an over-budget step.
       - the ledger notes why training stopped and how many steps were discarded; privacy.json is written
         at fit end into trainer.default_root_dir (the run folder).
     """
@@ -61,7 +68,8 @@ class PrivacyBudget(pl.Callback):
         self.bound = bound
         self.conversion = conversion
         self.filename = filename
-        self._generator_snapshot: dict[str, torch.Tensor] | None = None
+        self._model_snapshot: dict[str, torch.Tensor] | None = None
+        self._optimizer_snapshot: list[dict] | None = None
         self._ledger_snapshot: dict | None = None
         self._restored = False
 
@@ -89,17 +97,32 @@ class PrivacyBudget(pl.Callback):
 
     # snapshot
 
-    def _take_snapshot(self, pl_module):
-        state = pl_module.generator.state_dict()
-        if self._generator_snapshot is None or self._generator_snapshot.keys() != state.keys():
-            self._generator_snapshot = {k: v.detach().clone() for k, v in state.items()}
+    @staticmethod
+    def _released_state(pl_module) -> dict[str, torch.Tensor]:
+        """The module's tensors (sharing storage) except those of its `private_modules`."""
+        private = tuple(f"{name}." for name in getattr(pl_module, "private_modules", ()))
+        return {k: v for k, v in pl_module.state_dict().items() if not k.startswith(private)}
+
+    def _take_snapshot(self, trainer, pl_module):
+        state = self._released_state(pl_module)
+        if self._model_snapshot is None or self._model_snapshot.keys() != state.keys():
+            self._model_snapshot = {k: v.detach().clone() for k, v in state.items()}
         else:
             for k, v in state.items():
-                self._generator_snapshot[k].copy_(v)
+                self._model_snapshot[k].copy_(v)
+        self._optimizer_snapshot = [copy.deepcopy(opt.state_dict()) for opt in trainer.optimizers]
         self._ledger_snapshot = pl_module.ledger.state_dict()
 
-    def _restore_snapshot(self, pl_module):
-        pl_module.generator.load_state_dict(self._generator_snapshot)
+    def _restore_snapshot(self, trainer, pl_module):
+        state = self._released_state(pl_module)
+        if state.keys() != self._model_snapshot.keys():
+            raise RuntimeError("PrivacyBudget: the snapshot does not match the module's state (a checkpoint of "
+                               "another method or configuration?)")
+        with torch.no_grad():
+            for k, v in state.items():
+                v.copy_(self._model_snapshot[k])
+        for opt, saved in zip(trainer.optimizers, self._optimizer_snapshot, strict=True):
+            opt.load_state_dict(copy.deepcopy(saved))  # load_state_dict may keep the tensors it is given
         pl_module.ledger.load_state_dict(self._ledger_snapshot)
 
     def _stop(self, trainer, pl_module, reason: str, discarded_steps: int):
@@ -130,10 +153,10 @@ class PrivacyBudget(pl.Callback):
                 f"privacy.epsilon={self.epsilon:g}"
             )
         if self._restored:
-            self._restore_snapshot(pl_module)  # resume from the last in-budget pair of the checkpoint
+            self._restore_snapshot(trainer, pl_module)  # resume from the checkpoint's last in-budget snapshot
             self._restored = False
         else:
-            self._take_snapshot(pl_module)
+            self._take_snapshot(trainer, pl_module)
         ledger.stop = None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
@@ -151,11 +174,12 @@ class PrivacyBudget(pl.Callback):
             return
         spent = self.spent(ledger)
         if spent > self.epsilon:
-            self._restore_snapshot(pl_module)
+            self._restore_snapshot(trainer, pl_module)
             self._stop(trainer, pl_module, f"budget: the last step reached epsilon={spent:.6g} > {self.epsilon:g} "
-                       f"under {self.governing(ledger)}; generator and ledger rolled back to the last in-budget step", 1)
+                       f"under {self.governing(ledger)}; generator, optimizers and ledger rolled back to the last "
+                       "in-budget step", 1)
         else:
-            self._take_snapshot(pl_module)
+            self._take_snapshot(trainer, pl_module)
             pl_module.log("epsilon", spent, prog_bar=True)
 
     def on_fit_end(self, trainer, pl_module):
@@ -172,10 +196,14 @@ class PrivacyBudget(pl.Callback):
     # checkpoints
 
     def state_dict(self):
-        return {"generator": self._generator_snapshot, "ledger": self._ledger_snapshot}
+        return {"model": self._model_snapshot, "optimizers": self._optimizer_snapshot, "ledger": self._ledger_snapshot}
 
     def load_state_dict(self, state_dict):
-        self._generator_snapshot = state_dict["generator"]
+        if "model" not in state_dict:
+            raise BudgetError("this checkpoint was written by an older dpgen whose budget snapshot held the generator "
+                              "only; resume it with that version, or start a new run")
+        self._model_snapshot = state_dict["model"]
+        self._optimizer_snapshot = state_dict["optimizers"]
         self._ledger_snapshot = state_dict["ledger"]
         self._restored = self._ledger_snapshot is not None
 

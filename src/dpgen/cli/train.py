@@ -36,15 +36,17 @@ def build_callbacks(cfg: DictConfig, out: Path) -> list[pl.Callback]:
         pl.callbacks.RichProgressBar(),
         pl.callbacks.ModelCheckpoint(dirpath=out / "checkpoints", save_last=True, save_top_k=0,
                                      every_n_train_steps=cfg.checkpoint_every_n_steps),
+    ]
+    if cfg.method.private:  # first: what the callbacks below write of a step, the budget has accepted
+        p = cfg.privacy
+        callbacks.append(PrivacyBudget(epsilon=p.epsilon, delta=p.delta, bound=p.bound, conversion=p.conversion))
+    callbacks += [
         SampleGrid(str(out), every_n_steps=cfg.samples.every_n_steps, per_class=cfg.samples.per_class,
                    seed=cfg.seed),
         ProgressLog(every_seconds=cfg.progress_log_every_seconds),
         RandomState(),
         RunClock(),
     ]
-    if cfg.method.private:
-        p = cfg.privacy
-        callbacks.append(PrivacyBudget(epsilon=p.epsilon, delta=p.delta, bound=p.bound, conversion=p.conversion))
     for cb in (cfg.eval.get("callbacks") or {}).values():
         callbacks.append(instantiate(cb))
     return callbacks

@@ -16,7 +16,9 @@ class PrivateGenerator(pl.LightningModule):
     """A conditional generator trained with manual optimization.
 
     Contract used by the callbacks and the CLI:
-      - `generator`: the `nn.Module` that is released (snapshot / restored by `PrivacyBudget`);
+      - `generator`: the `nn.Module` that is released;
+      - `private_modules`: names of submodules that are functions of their own private partitions and public
+        inputs only (teachers, critics); `PrivacyBudget` rolls back everything else a step changed;
       - `ledger`: the `PrivacyLedger` every private release is written to (None for a non-private method);
       - `step_cost()`: what the next step can cost (privacy/cost.py `StepCost`), or None when unknown;
       - `pld_ready`: True when every release is recorded with a PLD event (privacy.conversion=pld allowed);
@@ -24,6 +26,7 @@ class PrivateGenerator(pl.LightningModule):
     """
 
     pld_ready = False
+    private_modules: tuple[str, ...] = ()
 
     def __init__(self, shape: tuple[int, ...], num_classes: int, kind: str, z_dim: int = 100,
                  generator: dict | None = None, class_probs: list[float] | None = None):

@@ -46,6 +46,8 @@ class GPATE(PrivateGenerator):
     `sample_batch_norm = b`: `sample()` and generate.py use the generator's BatchNorm on the statistics of
     batches of b samples, as the reference code generates its released data; None: running statistics."""
 
+    private_modules = ("ensemble",)  # trained on their own partitions and public inputs only
+
     def __init__(self, shape, num_classes, kind, n_teachers: int, z_dim: int = 100, lr: float = 1e-3,
                  beta1: float = 0.5, aggregator: dict | None = None, teachers: dict | None = None,
                  generator: dict | None = None, class_probs=None, class_ratio_epsilon: float | None = None,

@@ -36,6 +36,8 @@ class GSWGAN(PrivateGenerator):
     `net_g` (what `generator`, `sample` and the checkpoints release) is the EMA of the trained generator
     `net_train` (decay min(1 - 1/(t+1), 0.999), the reference's exp_mov_avg)."""
 
+    private_modules = ("critics",)  # trained on their own partitions and public inputs only
+
     def __init__(self, shape, num_classes, kind, z_dim: int = 10, batch_size: int = 32, n_discriminators: int = 1000,
                  critic_steps: int = 5, lr: float = 1e-4, betas: tuple[float, float] = (0.5, 0.9),
                  ema_decay: float = 0.999, sanitizer: dict | None = None, critics: dict | None = None,

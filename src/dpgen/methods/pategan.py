@@ -41,6 +41,8 @@ class PATEGAN(PrivateGenerator):
     Optimization"); images: the DCGAN-style conditional nets of G-PATE (appendix E).
     """
 
+    private_modules = ("ensemble",)  # trained on their own partitions and public inputs only
+
     def __init__(self, shape, num_classes, kind, n_teachers: int, lam: float, batch_size: int = 64,
                  teacher_steps: int = 5, student_steps: int = 5, teacher_warmup: int = 0, z_dim: int = 100,
                  lr: float = 1e-4, beta1: float = 0.5, generator: dict | None = None, student: dict | None = None,
