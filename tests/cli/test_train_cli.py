@@ -154,6 +154,24 @@ def test_a_rolled_back_step_is_not_counted_as_a_step_of_the_released_generator(t
     assert privacy["mechanisms"]["confident_gnmax"]["count"] == metrics["steps"] * 10 * 10
 
 
+@pytest.mark.parametrize("log_private", [False, True])
+def test_losses_on_private_records_stay_out_of_the_logs_unless_asked(tmp_path, log_private):
+    result = train(tmp_path, "method=gpate", "data=mnist", "method.n_teachers=20", "method.batch_size=10",
+                   "trainer.max_steps=2", "privacy.epsilon=1000", "eval=none", "logger=csv",
+                   "progress_log_every_seconds=0", "trainer.log_every_n_steps=1",
+                   f"log_private_losses={str(log_private).lower()}")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run = tmp_path / "run"
+    header = next(run.rglob("metrics.csv")).read_text().splitlines()[0]
+    log = (run / "train.log").read_text()
+    metrics = json.loads((run / "metrics.json").read_text())
+    privacy = json.loads((run / "privacy.json").read_text())
+    assert "loss/g" in header and "loss/g" in metrics["losses"] and "answered" in log  # released quantities
+    assert not any("teachers" in key for key in metrics["losses"])  # metrics.json: never
+    assert ("private/loss/d_teachers" in header) == ("d_teachers" in log) == log_private
+    assert ("private_logs" in privacy) == log_private
+
+
 def test_the_budget_judges_a_step_before_any_callback_writes_what_it_made(tmp_path):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides=["method=gpate"])

@@ -4,7 +4,7 @@ import torch
 from opacus import GradSampleModule
 from torch import nn
 
-from dpgen.methods.base import frozen, running_stats_kept
+from dpgen.methods.base import PrivateGenerator, frozen, running_stats_kept
 
 
 def test_frozen_net_takes_no_gradient_and_no_per_sample_gradient():
@@ -41,3 +41,13 @@ def test_running_stats_kept_restores_batch_norm_statistics_even_on_an_error():
         raise RuntimeError("boom")
     for key, value in net.state_dict().items():
         assert torch.equal(value, before[key]), key
+
+
+@pytest.mark.parametrize("log_private", [False, True])
+def test_losses_on_private_records_are_logged_only_when_asked(log_private, monkeypatch):
+    module = PrivateGenerator((2,), 2, "table", z_dim=2)
+    logged = {}
+    monkeypatch.setattr(module, "log_dict", lambda values, **kw: logged.update(values))
+    module.log_private = log_private
+    module.log_losses({"loss/g": 1.0}, private={"loss/teachers": 2.0})
+    assert logged == ({"loss/g": 1.0, "private/loss/teachers": 2.0} if log_private else {"loss/g": 1.0})

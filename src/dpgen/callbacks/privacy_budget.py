@@ -12,6 +12,9 @@ from dpgen.privacy.ledger import ALL_CONVERSIONS, PrivacyLedger
 from dpgen.privacy.rdp import check_delta
 
 LEDGER_KEY = "privacy_ledger"
+PRIVATE_LOGS = ("log_private_losses=true: metrics.csv, train.log and the W&B run hold losses computed on private "
+                "records without noise (keys private/...); they are not covered by this guarantee and must stay "
+                "with the data")
 
 
 class BudgetError(ValueError):
@@ -191,6 +194,8 @@ class PrivacyBudget(pl.Callback):
         folder = Path(trainer.default_root_dir)  # the run folder, beside generator.pt
         budget = {"budget": {"epsilon": self.epsilon, "delta": self.delta, "bound": self.bound,
                              "conversion": self.conversion}}
+        if getattr(pl_module, "log_private", False):
+            budget["private_logs"] = PRIVATE_LOGS
         ledger.write_json(folder / self.filename, self.delta, self.bound, extra=budget, conversion=self.conversion)
 
     # checkpoints

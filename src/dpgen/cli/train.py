@@ -82,6 +82,7 @@ def run(cfg: DictConfig) -> dict:
     dm.prepare_data()
     dm.setup("fit")  # bad data fails here, before any training
     model = build_method(cfg, dm)
+    model.log_private = bool(cfg.log_private_losses)
     callbacks = build_callbacks(cfg, out)
     trainer = pl.Trainer(**cfg.trainer, callbacks=callbacks, logger=build_logger(cfg), default_root_dir=str(out),
                          plugins=[AtomicCheckpointIO()])

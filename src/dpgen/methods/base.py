@@ -27,6 +27,7 @@ class PrivateGenerator(pl.LightningModule):
 
     pld_ready = False
     private_modules: tuple[str, ...] = ()
+    log_private = False  # train.py sets it from `log_private_losses`
 
     def __init__(self, shape: tuple[int, ...], num_classes: int, kind: str, z_dim: int = 100,
                  generator: dict | None = None, class_probs: list[float] | None = None):
@@ -82,6 +83,16 @@ class PrivateGenerator(pl.LightningModule):
 
     def step_cost(self):
         return None
+
+    def log_losses(self, public: dict, private: dict | None = None) -> None:
+        """Progress numbers for the logs (metrics.csv, train.log, W&B, metrics.json). `public`: functions of released
+        (privatised) quantities and public inputs only, always logged. `private`: computed on private records
+        without noise (teacher, critic and real-batch losses): not differentially private, so logged only when
+        `log_private` is set, under `private/`, and never into metrics.json."""
+        values = dict(public)
+        if self.log_private and private:
+            values |= {f"private/{key}": value for key, value in private.items()}
+        self.log_dict(values, prog_bar=True)
 
     def generator_step_against(self, judge: nn.Module, loss, n: int) -> torch.Tensor:
         """One step of the generator (its optimizer is the first) on `loss(logits)` of the frozen `judge` on n

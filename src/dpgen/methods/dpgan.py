@@ -161,7 +161,7 @@ class DPSGDGAN(PrivateGenerator):
                            params={"sample_rate": self.sample_rate, "noise_multiplier": self.accounted_noise_multiplier(),
                                    "max_grad_norm": self.max_grad_norm})
         g_loss = self.generator_step()
-        self.log_dict({"loss/d": torch.stack(d_losses).mean(), "loss/g": g_loss}, prog_bar=True)
+        self.log_losses({"loss/g": g_loss}, private={"loss/d": torch.stack(d_losses).mean()})
 
 
 class DPGAN(DPSGDGAN):

@@ -151,5 +151,5 @@ class GPATE(PrivateGenerator):
         opt.zero_grad()
         self.manual_backward(g_loss)
         opt.step()
-        self.log_dict({"loss/d_teachers": d_loss.mean(), "loss/g": g_loss.detach(),
-                       "answered": float(release.answered.mean())}, prog_bar=True)
+        self.log_losses({"loss/g": g_loss.detach(), "answered": float(release.answered.mean())},
+                        private={"loss/d_teachers": d_loss.mean()})

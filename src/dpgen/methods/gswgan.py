@@ -142,7 +142,7 @@ class GSWGAN(PrivateGenerator):
         self.manual_backward(fake, private / self.batch_size)  # the generator sees the sanitized gradient only
         opt.step()
         self.update_ema(steps_before)
-        self.log_dict({"loss/d": d_loss, "loss/g": -score.detach().mean()}, prog_bar=True)
+        self.log_losses({}, private={"loss/d": d_loss, "loss/g": -score.detach().mean()})  # critic j is private
 
     @torch.no_grad()
     def update_ema(self, t: int) -> None:

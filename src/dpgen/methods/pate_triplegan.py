@@ -199,5 +199,5 @@ class PATETripleGAN(PrivateGenerator):
         d_loss = torch.stack([self.student_step() for _ in range(self.student_steps)]).mean()
         c_loss = self.classifier_step()
         g_loss = self.generator_step()
-        self.log_dict({"loss/teachers": t_loss, "loss/student": d_loss, "loss/classifier": c_loss,
-                       "loss/g": g_loss}, prog_bar=True)
+        self.log_losses({"loss/classifier": c_loss, "loss/g": g_loss},
+                        private={"loss/teachers": t_loss, "loss/student": d_loss})  # the student's DP-SGD batch term

@@ -122,4 +122,4 @@ class PATEGAN(PrivateGenerator):
         t_loss = torch.stack([self.teacher_step(x, y) for x, y in chunks]).mean()
         s_loss = torch.stack([self.student_step() for _ in range(self.student_steps)]).mean()
         g_loss = self.generator_step()
-        self.log_dict({"loss/teachers": t_loss, "loss/student": s_loss, "loss/g": g_loss}, prog_bar=True)
+        self.log_losses({"loss/student": s_loss, "loss/g": g_loss}, private={"loss/teachers": t_loss})
