@@ -17,40 +17,17 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
+from dpgen.files import atomic_write
+
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be read (truncated, corrupted or not a checkpoint): never loaded in part."""
 
 
 def atomic_save(obj: Any, path: str | os.PathLike) -> None:
-    """`torch.save(obj)` into `path` so that `path` is, at every instant, either its previous content or the
-    complete new one: written to a temporary file in the same folder, flushed to disk, then renamed over it.
-    A kill or a full disk during the write leaves the previous file whole (and no temporary file behind)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(obj, f)  # tensors are written from their own storage, chunk by chunk: no in-memory copy
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
-
-
-def fsync_dir(folder: Path) -> None:
-    """Make a rename in `folder` durable (a no-op where directories cannot be opened, e.g. Windows)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """`torch.save(obj)` into `path` atomically (dpgen.files): a kill or a full disk during the write leaves the
+    previous file whole. Tensors are written from their own storage, chunk by chunk: no in-memory copy."""
+    atomic_write(path, lambda f: torch.save(obj, f))
 
 
 def load_checkpoint_file(path: str | os.PathLike, map_location=None) -> dict:

@@ -12,6 +12,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from dpgen.cli.common import CONF_DIR, USER_ERRORS, check_config, console, fail, print_metrics
+from dpgen.files import atomic_write_text
 
 
 def load_synthetic(path: Path, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -54,7 +55,7 @@ def run(cfg: DictConfig) -> dict:
     if privacy.is_file():
         results["privacy"] = json.loads(privacy.read_text())
     out = Path(cfg.out) if cfg.out else path.with_suffix(".eval.json")
-    out.write_text(json.dumps(results, indent=2, default=float) + "\n")
+    atomic_write_text(out, json.dumps(results, indent=2, default=float) + "\n")
     print_metrics(f"{path.name} on {dm.name}", results, out)
     return results
 

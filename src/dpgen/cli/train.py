@@ -19,6 +19,7 @@ from dpgen.callbacks.run_clock import RunClock, peak_rss_gb
 from dpgen.callbacks.sample_grid import SampleGrid
 from dpgen.cli.common import (CONF_DIR, USER_ERRORS, check_config, command_line, fail, machine,
                               print_summary)
+from dpgen.files import atomic_write_text
 
 
 def build_datamodule(cfg: DictConfig):
@@ -102,7 +103,7 @@ def run(cfg: DictConfig) -> dict:
     for cb in callbacks:
         if getattr(cb, "results", None):
             results[cb.name] = cb.results
-    (out / "metrics.json").write_text(json.dumps(results, indent=2, default=float) + "\n")
+    atomic_write_text(out / "metrics.json", json.dumps(results, indent=2, default=float) + "\n")
     grid = next((cb.last_path for cb in callbacks if isinstance(cb, SampleGrid)), None)
     print_summary(out, results, grid)
     return results

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dpgen.files import atomic_write_text
+
 from . import pld
 from .gdp import eps_from_gdp
 from .rdp import CONVERSIONS, DEFAULT_ORDERS, as_orders, check_delta, eps_from_rdp
@@ -323,7 +325,7 @@ class PrivacyLedger:
         if path.is_dir():
             path = path / "privacy.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(report, indent=2, default=_to_plain) + "\n")
+        atomic_write_text(path, json.dumps(report, indent=2, default=_to_plain) + "\n")
         return path
 
 
