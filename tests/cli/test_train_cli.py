@@ -94,6 +94,14 @@ def test_unknown_config_name_is_one_line_listing_the_choices(tmp_path):
     assert "HYDRA_FULL_ERROR" not in result.stdout + result.stderr
 
 
+def test_a_value_the_method_refuses_is_one_line_naming_its_key(tmp_path):
+    result = train(tmp_path, "method.module.aggregator.threshold=0", "trainer.max_steps=1", "eval=none")
+    assert result.returncode == 2
+    (line,) = result.stdout.strip().splitlines()
+    assert line.startswith("error: method.module: threshold is a fraction of the teachers in (0, 1], got 0")
+    assert "HYDRA_FULL_ERROR" not in result.stdout + result.stderr
+
+
 @pytest.mark.parametrize("overrides, words", [
     (["data=csv", "data.path=x.csv"], "data.label must be given"),
     (["privacy.epsilonn=3"], "Key 'epsilonn' is not in struct"),

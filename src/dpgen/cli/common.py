@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
-from hydra.errors import HydraException
+from hydra.errors import HydraException, InstantiationException
 from omegaconf import OmegaConf
 from rich.console import Console
 from rich.table import Table
@@ -29,6 +30,15 @@ def fail(message: str) -> None:
     """A user's mistake: one error line, exit status 2."""
     console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
     sys.exit(2)
+
+
+def bad_value(err: InstantiationException) -> str | None:
+    """`<config key>: <reason>` when a config value was refused by the class it configures (a ValueError or
+    TypeError raised while Hydra instantiated it), else None: then it is not the user's mistake."""
+    if not isinstance(err.__cause__, (ValueError, TypeError)):
+        return None
+    key = re.search(r"full_key: (\S+)", str(err))
+    return f"{key.group(1) if key else 'configuration'}: {err.__cause__}"
 
 
 def check_config(config_name: str, argv: list[str] | None = None) -> None:

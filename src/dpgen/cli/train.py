@@ -8,6 +8,7 @@ from pathlib import Path
 
 import hydra
 import lightning.pytorch as pl
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -17,7 +18,7 @@ from dpgen.callbacks.progress_log import ProgressLog
 from dpgen.callbacks.random_state import RandomState
 from dpgen.callbacks.run_clock import RunClock, peak_rss_gb
 from dpgen.callbacks.sample_grid import SampleGrid
-from dpgen.cli.common import (CONF_DIR, USER_ERRORS, check_config, command_line, fail, machine,
+from dpgen.cli.common import (CONF_DIR, USER_ERRORS, bad_value, check_config, command_line, fail, machine,
                               print_summary)
 from dpgen.files import atomic_write_text
 
@@ -115,6 +116,11 @@ def hydra_main(cfg: DictConfig) -> None:
         run(cfg)
     except USER_ERRORS as err:
         fail(str(err))
+    except InstantiationException as err:
+        message = bad_value(err)
+        if message is None:
+            raise
+        fail(message)
 
 
 def main() -> None:
