@@ -5,6 +5,13 @@ from opacus import GradSampleModule
 from torch import nn
 
 from dpgen.methods.base import PrivateGenerator, frozen, running_stats_kept
+from dpgen.methods.dpcgan import DPCGAN
+from dpgen.methods.dpgan import DPGAN
+from dpgen.methods.gpate import GPATE
+from dpgen.methods.gswgan import GSWGAN
+from dpgen.methods.pate_triplegan import PATETripleGAN
+from dpgen.methods.pategan import PATEGAN
+from dpgen.privacy.ledger import NEIGHBOURING
 
 
 def test_frozen_net_takes_no_gradient_and_no_per_sample_gradient():
@@ -51,3 +58,10 @@ def test_losses_on_private_records_are_logged_only_when_asked(log_private, monke
     module.log_private = log_private
     module.log_losses({"loss/g": 1.0}, private={"loss/teachers": 2.0})
     assert logged == ({"loss/g": 1.0, "private/loss/teachers": 2.0} if log_private else {"loss/g": 1.0})
+
+
+def test_every_private_method_says_which_neighbouring_data_sets_its_guarantee_is_about():
+    relations = {cls.__name__: cls.neighbouring for cls in (GPATE, PATEGAN, GSWGAN, DPGAN, DPCGAN, PATETripleGAN)}
+    assert relations == {"GPATE": "replace_one", "PATEGAN": "replace_one", "GSWGAN": "replace_one",
+                         "DPGAN": "add_remove", "DPCGAN": "add_remove", "PATETripleGAN": "mixed"}
+    assert set(relations.values()) <= set(NEIGHBOURING)

@@ -8,7 +8,7 @@ from pathlib import Path
 import lightning.pytorch as pl
 import torch
 
-from dpgen.privacy.ledger import ALL_CONVERSIONS, PrivacyLedger
+from dpgen.privacy.ledger import ALL_CONVERSIONS, NEIGHBOURING, PrivacyLedger
 from dpgen.privacy.rdp import check_delta
 
 LEDGER_KEY = "privacy_ledger"
@@ -194,6 +194,9 @@ class PrivacyBudget(pl.Callback):
         folder = Path(trainer.default_root_dir)  # the run folder, beside generator.pt
         budget = {"budget": {"epsilon": self.epsilon, "delta": self.delta, "bound": self.bound,
                              "conversion": self.conversion}}
+        relation = getattr(pl_module, "neighbouring", None)
+        if relation is not None:
+            budget["neighbouring"] = {"relation": relation, "note": NEIGHBOURING[relation]}
         if getattr(pl_module, "log_private", False):
             budget["private_logs"] = PRIVATE_LOGS
         ledger.write_json(folder / self.filename, self.delta, self.bound, extra=budget, conversion=self.conversion)

@@ -19,6 +19,7 @@ class PrivateGenerator(pl.LightningModule):
       - `generator`: the `nn.Module` that is released;
       - `private_modules`: names of submodules that are functions of their own private partitions and public
         inputs only (teachers, critics); `PrivacyBudget` rolls back everything else a step changed;
+      - `neighbouring`: the neighbouring relation its guarantee is about (`privacy.ledger.NEIGHBOURING`);
       - `ledger`: the `PrivacyLedger` every private release is written to (None for a non-private method);
       - `step_cost()`: what the next step can cost (privacy/cost.py `StepCost`), or None when unknown;
       - `pld_ready`: True when every release is recorded with a PLD event (privacy.conversion=pld allowed);
@@ -28,6 +29,7 @@ class PrivateGenerator(pl.LightningModule):
     pld_ready = False
     private_modules: tuple[str, ...] = ()
     log_private = False  # train.py sets it from `log_private_losses`
+    neighbouring: str | None = None  # a key of privacy.ledger.NEIGHBOURING (private methods)
 
     def __init__(self, shape: tuple[int, ...], num_classes: int, kind: str, z_dim: int = 100,
                  generator: dict | None = None, class_probs: list[float] | None = None):

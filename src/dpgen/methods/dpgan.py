@@ -56,6 +56,8 @@ class DPSGDGAN(PrivateGenerator):
     """Conditional GAN whose discriminator is trained with DP-SGD (Opacus). `objective`: "wgan" or "bce";
     optimizers by name ("rmsprop", "sgd", "adam") with their keyword arguments."""
 
+    neighbouring = "add_remove"
+
     pld_ready = True  # every release is one DP-SGD step, recorded with its PLD event
 
     def __init__(self, shape, num_classes, kind, z_dim: int = 128, batch_size: int = 64,

@@ -21,6 +21,7 @@ from dpgen.privacy.rdp import DEFAULT_ORDERS
 log = logging.getLogger(__name__)
 CLASS_RATIO = "laplace_class_ratio"
 CLASS_PROBS_KEY = "gpate_class_probs"
+CLASS_RATIO_SENSITIVITY = 2.0  # L1 change of a class histogram when one record is replaced by another
 
 
 class GPATE(PrivateGenerator):
@@ -45,6 +46,8 @@ class GPATE(PrivateGenerator):
 
     `sample_batch_norm = b`: `sample()` and generate.py use the generator's BatchNorm on the statistics of
     batches of b samples, as the reference code generates its released data; None: running statistics."""
+
+    neighbouring = "replace_one"
 
     private_modules = ("ensemble",)  # trained on their own partitions and public inputs only
 
@@ -100,19 +103,20 @@ class GPATE(PrivateGenerator):
             self.release_class_ratio(dm.train_data.y)
 
     def release_class_ratio(self, labels: torch.Tensor) -> None:
-        """G-PATE section 6.2 (Kaggle Credit, step one): class counts + Lap(1 / eps) each. One record added or
-        removed changes one count by 1 (L1 sensitivity 1), so the histogram is eps-DP (Dwork & Roth 2014,
+        """G-PATE section 6.2 (Kaggle Credit, step one): class counts + Lap(2 / eps) each. The teachers'
+        partitions hold under replace-one neighbours (docs/PRIVACY.md), and one record replaced by another can
+        move one count down and another up (L1 sensitivity 2), so the histogram is eps-DP (Dwork & Roth 2014,
         Thm. 3.6), recorded with its exact RDP. Counts are floored at 1 (post-processing) so every class
         stays possible, then normalised."""
         counts = torch.bincount(labels.long().cpu(), minlength=self.num_classes).double().numpy()
         rng = np.random.default_rng(secret_generator().initial_seed())  # OS entropy (aggregation/noise.py)
-        noisy = laplace.release(counts, 1.0, self.class_ratio_epsilon, rng)
+        noisy = laplace.release(counts, CLASS_RATIO_SENSITIVITY, self.class_ratio_epsilon, rng)
         probs = np.maximum(noisy, 1.0) / np.maximum(noisy, 1.0).sum()
         self.class_probs = torch.as_tensor(probs, dtype=torch.float)
         self.ledger.record(CLASS_RATIO, {"data_independent": laplace.rdp_laplace(self.class_ratio_epsilon,
                                                                                  self.orders)},
-                           count=1, params={"epsilon": self.class_ratio_epsilon, "sensitivity": 1.0,
-                                            "scale": 1.0 / self.class_ratio_epsilon,
+                           count=1, params={"epsilon": self.class_ratio_epsilon, "sensitivity": CLASS_RATIO_SENSITIVITY,
+                                            "scale": CLASS_RATIO_SENSITIVITY / self.class_ratio_epsilon,
                                             "class_probs": [float(p) for p in probs]})
 
     def on_save_checkpoint(self, checkpoint):

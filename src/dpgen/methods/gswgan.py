@@ -36,6 +36,8 @@ class GSWGAN(PrivateGenerator):
     `net_g` (what `generator`, `sample` and the checkpoints release) is the EMA of the trained generator
     `net_train` (decay min(1 - 1/(t+1), 0.999), the reference's exp_mov_avg)."""
 
+    neighbouring = "replace_one"
+
     private_modules = ("critics",)  # trained on their own partitions and public inputs only
 
     def __init__(self, shape, num_classes, kind, z_dim: int = 10, batch_size: int = 32, n_discriminators: int = 1000,

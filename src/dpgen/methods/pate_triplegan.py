@@ -50,6 +50,8 @@ class PATETripleGAN(PrivateGenerator):
     sigma1 / sigma2 / threshold: Confident-GNMax; noise_multiplier / max_grad_norm: DP-SGD on classifier
     pairs; accounting: "rdp" (a bound) or "clt" (the paper's asymptotic mu) for the DP-SGD part."""
 
+    neighbouring = "mixed"
+
     private_modules = ("ensemble",)  # trained on their own partitions and public inputs only
 
     def __init__(self, shape, num_classes, kind, n_teachers: int = 100, percent: float = 0.8,

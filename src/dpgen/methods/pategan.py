@@ -41,6 +41,8 @@ class PATEGAN(PrivateGenerator):
     Optimization"); images: the DCGAN-style conditional nets of G-PATE (appendix E).
     """
 
+    neighbouring = "replace_one"
+
     private_modules = ("ensemble",)  # trained on their own partitions and public inputs only
 
     def __init__(self, shape, num_classes, kind, n_teachers: int, lam: float, batch_size: int = 64,

@@ -38,6 +38,17 @@ CONVERSION_NOTES = {
 }
 ALL_CONVERSIONS = CONVERSIONS + ("gdp", "pld")
 
+# Which neighbouring data sets a method's guarantee is about (privacy.json "neighbouring"; docs/PRIVACY.md).
+NEIGHBOURING = {
+    "replace_one": "replace-one: one record replaced by another, the number of records N public. Teacher "
+                   "partitions / critic shards are positions of a seeded shuffle and per-teacher batch sizes "
+                   "depend on N only, so a replaced record changes one teacher; removing one would shift them all",
+    "add_remove": "add/remove one record: Opacus' Poisson-subsampled Gaussian (sampling rate batch / N, N treated "
+                  "as public)",
+    "mixed": "not one relation yet: the teacher votes hold under replace-one (labelled partitions are positions of "
+             "a seeded shuffle), the DP-SGD steps are accounted under add/remove",
+}
+
 
 class PrivacyLedger:
     """Records releases and composes them.
