@@ -35,16 +35,18 @@ def test_mnist_eps1_matches_the_privacy_planner_without_loading_data():
     result = main(["experiment=gpate_mnist_eps1", "data.root=/nonexistent", "data.download=false"])
     assert result["records_source"] == "known size" and result["records"] == 60_000
     assert (result["batch"], result["queries_per_step"]) == (15, 150)
-    # independently: 150 answered queries per step; worst case data-independent (appendix D), best case 4000
-    # unanimous teachers, data-dependent
+    # independently: worst case 150 answered queries per step, data-independent (appendix D); best case (the
+    # data-dependent bound) 4000 unanimous teachers, answered or not, whichever is cheaper
     agg = DPGradAggParams(sigma1=3000.0, sigma2=1000.0, threshold=0.5)
     worst = worst_case_rdp(agg, 150, ORDERS)
     unanimous = np.zeros((1, 10))
     unanimous[0, 0] = 4000
-    best = 150 * rdp_confident_gnmax_batch(unanimous, 2000.0, 3000.0, 1000.0, ORDERS, [True])[0]
+    best = 150 * np.minimum(*(rdp_confident_gnmax_batch(unanimous, 2000.0, 3000.0, 1000.0, ORDERS, [answered])[0]
+                              for answered in (True, False)))
     assert_largest(lambda g: eps_from_rdp(g * worst, ORDERS, 1e-5)[0], result["worst_case_steps"], 1.0)
     assert_largest(lambda g: eps_from_rdp(g * best, ORDERS, 1e-5)[0], result["best_case_steps"], 1.0)
-    assert 0 < result["worst_case_steps"] <= result["best_case_steps"]  # equal: at sigma1 3000 unanimity buys nothing
+    # the run of this cell (docs/results/gpate_mnist_eps1: 53% of its queries answered) released 235 steps
+    assert result["worst_case_steps"] == 131 < 235 < result["best_case_steps"]
 
 
 def test_experiment_and_overrides_change_the_plan():

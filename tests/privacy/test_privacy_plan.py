@@ -42,9 +42,10 @@ def test_confident_gnmax_worst_case_by_hand():
     cost = dpgradagg.step_cost(DPGradAggParams(sigma1=10.0, sigma2=10.0, threshold=0.5), 100, 10, [2.0])
     assert cost.worst["data_independent"] == pytest.approx([0.3])
     assert cost.steps(2.05, DELTA, "data_independent", "classical") == 3
-    # under the data-independent bound the best case is the worst case; under the data-dependent one it is cheaper
-    assert cost.steps(2.05, DELTA, "data_independent", "classical", "best") == 3
-    assert cost.steps(2.05, DELTA, "data_dependent", "classical", "best") >= 3
+    # best case, no query answered: the threshold checks alone, 10 x 2/(2 * 10^2) = 0.1 per step -> 10 steps
+    assert cost.best["data_independent"] == pytest.approx([0.1])
+    assert cost.steps(2.05, DELTA, "data_independent", "classical", "best") == 10
+    assert cost.steps(2.05, DELTA, "data_dependent", "classical", "best") >= 10
 
 
 def test_confident_gnmax_paper_settings_with_the_class_ratio():

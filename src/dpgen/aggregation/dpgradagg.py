@@ -132,14 +132,17 @@ def worst_case_rdp(p: DPGradAggParams, n_queries: int, orders: np.ndarray) -> np
 def step_cost(p: DPGradAggParams, teachers: int, queries: int, orders, class_ratio_epsilon: float | None = None,
               ) -> StepCost:
     """One G-PATE iteration: `queries` Confident-GNMax queries (appendix D). Worst: every query answered,
-    data-independent. Best: every query answered by unanimous teachers, data-dependent (the bound the paper
-    reports). Upfront: the Laplace class ratio (section 6.2), when released."""
+    data-independent. Best: no query answered (the threshold check alone, the cheapest outcome under either
+    bound), or under the data-dependent bound (the one the paper reports) unanimous teachers, answered or not,
+    whichever costs less. Upfront: the Laplace class ratio (section 6.2), when released."""
     orders = np.asarray(orders, dtype=float)
     worst = worst_case_rdp(p, queries, orders)
     unanimous = np.zeros((1, p.bins))
     unanimous[0, 0] = teachers
-    best, _ = rdp_confident_gnmax_batch(unanimous, p.threshold * teachers, p.sigma1, p.sigma2, orders, [True])
+    outcome = {answered: rdp_confident_gnmax_batch(unanimous, p.threshold * teachers, p.sigma1, p.sigma2, orders,
+                                                   [answered]) for answered in (True, False)}
+    best_dependent = np.minimum(outcome[True][0], outcome[False][0])
     upfront = None if class_ratio_epsilon is None else {
         "data_independent": laplace.rdp_laplace(class_ratio_epsilon, orders)}
-    return StepCost({"data_independent": worst}, orders, best={"data_dependent": queries * best,
-                                                               "data_independent": worst}, upfront=upfront)
+    return StepCost({"data_independent": worst}, orders, upfront=upfront,
+                    best={"data_dependent": queries * best_dependent, "data_independent": queries * outcome[False][1]})

@@ -68,7 +68,7 @@ def plan_gpate(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
     return cost, {"mechanism": "confident_gnmax", "teachers": cfg.method.n_teachers, "batch": batch,
                   "queries_per_step": queries, "sigma1": agg.sigma1, "sigma2": agg.sigma2, "threshold": agg.threshold,
                   "proj_dim": agg.proj_dim, "class_ratio_epsilon": module.get("class_ratio_epsilon"),
-                  "best_case": "every query answered by unanimous teachers (data-dependent)",
+                  "best_case": "no query answered (threshold checks only), or unanimous teachers (data-dependent)",
                   "worst_case": "every query answered (data-independent)"}
 
 
