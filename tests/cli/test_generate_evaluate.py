@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from fixtures import write_credit
@@ -19,6 +20,7 @@ def script(name: str, tmp_path, *overrides: str) -> subprocess.CompletedProcess:
                           text=True, timeout=600, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
 
 
+@pytest.mark.slow  # about 45 s: trains, exports three formats, evaluates
 def test_generate_all_formats_then_evaluate_images(tmp_path):
     assert train(tmp_path, *TINY_GAN, *NARROW_IMAGE_NETS, "data=mnist").returncode == 0
     run = tmp_path / "run"
@@ -40,6 +42,7 @@ def test_generate_all_formats_then_evaluate_images(tmp_path):
     assert report["records"] == 30 and 0 <= report["downstream"]["accuracy"] <= 1
 
 
+@pytest.mark.slow  # about 22 s
 def test_evaluate_a_table_from_csv(tmp_path):
     write_credit(tmp_path, rows=200)
     assert train(tmp_path, *TINY_GAN, "data=kaggle_credit", f"data.root={tmp_path}").returncode == 0

@@ -129,6 +129,7 @@ def test_wandb_logger_works_offline(tmp_path):
     assert len(runs) == 1 and any(runs[0].rglob("*.wandb"))
 
 
+@pytest.mark.slow  # about 24 s: two training jobs
 def test_multirun_sweep_writes_one_folder_per_job(tmp_path):
     sweep = tmp_path / "sweep"
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")

@@ -106,23 +106,21 @@ def test_state_dict_round_trip_is_plain_python():
     assert ledger.rdp("data_independent")[0] == pytest.approx(1.0625)  # the copy does not alias
 
 
-def test_summary_and_json(tmp_path):
+def test_summary_and_json():
     ledger = gpate_like()
     summary = ledger.summary(DELTA)
     gnmax = summary["mechanisms"]["confident_gnmax"]
     assert gnmax["count"] == 200 and gnmax["params"] == [{"sigma1": 600.0, "sigma2": 100.0}]
     assert gnmax["epsilon"]["data_dependent"]["classical"]["epsilon"] == pytest.approx(1.375)
     assert gnmax["epsilon"]["data_independent"]["classical"]["epsilon"] == pytest.approx(2.0)
-    path = ledger.write_json(tmp_path, DELTA, "data_dependent", extra={"run": "test"})
-    report = json.loads(path.read_text())
-    assert path.name == "privacy.json"
+    report = json.loads(ledger.report_json(DELTA, "data_dependent", extra={"run": "test"}))
     assert report["epsilon"] == pytest.approx(1.4375) and report["conversion"] == "classical"
     assert report["governing_bound"] == "data_dependent" and "DATA-DEPENDENT" in report["bounds"]["data_dependent"]
     assert report["total"]["data_independent"]["improved"]["epsilon"] <= report["total"]["data_independent"]["classical"]["epsilon"]
     assert report["run"] == "test"
 
 
-def test_aliased_bounds_resolve_to_the_bound_they_stand_for(tmp_path):
+def test_aliased_bounds_resolve_to_the_bound_they_stand_for():
     aliases = {"data_dependent": "sound", "data_independent": "sound"}
     ledger = PrivacyLedger(A2, aliases=aliases)
     ledger.record("gswgan", {"as_published": [0.25], "sound": [0.75]}, count=3)
@@ -133,7 +131,7 @@ def test_aliased_bounds_resolve_to_the_bound_they_stand_for(tmp_path):
     assert ledger.epsilon(math.exp(-1), "data_dependent", extra={"sound": [0.25]})[0] == pytest.approx(2.0)
     with pytest.raises(ValueError, match="aliases here"):
         ledger.record("gswgan", {"as_published": [0.25], "sound": [0.75], "data_independent": [0.75]})
-    report = json.loads(ledger.write_json(tmp_path, math.exp(-1), "data_dependent").read_text())
+    report = json.loads(ledger.report_json(math.exp(-1), "data_dependent"))
     assert report["governing_bound"] == "sound" and report["requested_bound"] == "data_dependent"
     assert report["aliases"] == aliases and sorted(report["bounds"]) == ["as_published", "sound"]
     assert report["epsilon"] == pytest.approx(1.75)

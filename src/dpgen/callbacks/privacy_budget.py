@@ -8,6 +8,7 @@ from pathlib import Path
 import lightning.pytorch as pl
 import torch
 
+from dpgen.files import atomic_write_text
 from dpgen.privacy.ledger import ALL_CONVERSIONS, NEIGHBOURING, PrivacyLedger
 from dpgen.privacy.rdp import check_delta
 
@@ -199,7 +200,8 @@ class PrivacyBudget(pl.Callback):
             budget["neighbouring"] = {"relation": relation, "note": NEIGHBOURING[relation]}
         if getattr(pl_module, "log_private", False):
             budget["private_logs"] = PRIVATE_LOGS
-        ledger.write_json(folder / self.filename, self.delta, self.bound, extra=budget, conversion=self.conversion)
+        atomic_write_text(folder / self.filename,
+                          ledger.report_json(self.delta, self.bound, extra=budget, conversion=self.conversion))
 
     # checkpoints
 

@@ -5,11 +5,8 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping
-from pathlib import Path
 
 import numpy as np
-
-from dpgen.files import atomic_write_text
 
 from . import pld
 from .gdp import eps_from_gdp
@@ -304,9 +301,9 @@ class PrivacyLedger:
         self._gdp = state["gdp"]
         self.stop = state["stop"]
 
-    def write_json(self, path, delta: float, governing_bound: str, extra: dict | None = None,
-                   conversion: str = "classical") -> Path:
-        """Write privacy.json: every bound and conversion, which bound and conversion governed the run."""
+    def report_json(self, delta: float, governing_bound: str, extra: dict | None = None,
+                    conversion: str = "classical") -> str:
+        """The text of privacy.json: every bound and conversion, which bound and conversion governed the run."""
         summary = self.summary(delta)
         eps, order = self.epsilon(delta, governing_bound, conversion)
         requested, governing_bound = governing_bound, self.resolve_bound(governing_bound)
@@ -332,12 +329,7 @@ class PrivacyLedger:
             )
         if extra:
             report.update(extra)
-        path = Path(path)
-        if path.is_dir():
-            path = path / "privacy.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps(report, indent=2, default=_to_plain) + "\n")
-        return path
+        return json.dumps(report, indent=2, default=_to_plain) + "\n"
 
 
 def _to_plain(value):
