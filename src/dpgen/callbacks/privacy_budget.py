@@ -43,13 +43,14 @@ class PrivacyBudget(pl.Callback):
     Behaviour, with eps(.) = ledger.epsilon(delta, bound, conversion):
       - fit start: ValueError if one worst-case step alone exceeds the budget. Trainer min_steps /
         min_epochs are refused (Lightning would keep training after a stop request).
-      - before each batch: if eps(ledger + step_cost_bound) > epsilon, request the stop; the step is
+      - before each batch: if eps(ledger + step_cost().worst) > epsilon, request the stop; the step is
         skipped through the module hook above.
       - after each batch: if eps(ledger) > epsilon (possible when the cost is only known afterwards, e.g.
-        data-dependent PATE with step_cost_bound None, or conversion="pld"), restore the generator and the
-        released state (above), the optimizers and the ledger to the last in-budget snapshot and stop; otherwise
-        refresh that snapshot (in-place tensor copies). Callbacks that write what the generator makes (sample
-        grids, evaluations) must come after this one in the trainer's list, so they never see a rolled-back step.
+        data-dependent PATE, whose `step_cost()` announces no data-dependent worst case, or conversion="pld"),
+        restore the released state (above), the optimizers and the ledger to the last in-budget snapshot and stop;
+        otherwise refresh that snapshot (in-place tensor copies). Callbacks that write what the generator makes
+        (sample grids, evaluations) must come after this one in the trainer's list, so they never see a rolled-back
+        step.
       - the snapshot (released state, optimizers, ledger) is the callback state saved in every checkpoint, and the
         ledger is also written under checkpoint["privacy_ledger"]; a resumed run restarts from that snapshot,
         so it ends with the same epsilon as an uninterrupted run. ModelCheckpoint runs after this callback
