@@ -1,10 +1,13 @@
 """Files that are, at every instant, either their previous content or the complete new one.
 
 Written to a temporary file in the same folder, flushed to disk, then renamed over the target: a kill, a crash
-or a full disk during the write leaves the previous file whole and no temporary file behind.
+or a full disk during the write leaves the previous file whole and no temporary file behind. And the pages of a
+memory-mapped file can be given back once read (`release_file_pages`).
 """
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
 from pathlib import Path
 from typing import BinaryIO, Callable
@@ -44,3 +47,39 @@ def fsync_dir(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+MADV_DONTNEED = 4  # <sys/mman.h> on Linux
+
+
+def file_mapping(address: int) -> tuple[int, int, str] | None:
+    """(start, end, path) of the private file mapping holding `address` in this process (/proc/self/maps), or
+    None: anonymous memory, a shared mapping, or not Linux."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                fields = line.split(maxsplit=5)
+                start, end = (int(a, 16) for a in fields[0].split("-"))
+                if start <= address < end:
+                    path = fields[5].strip() if len(fields) == 6 else ""
+                    private = fields[1].endswith("p")
+                    return (start, end, path) if private and path.startswith("/") else None
+    except OSError:
+        return None
+    return None
+
+
+def release_file_pages(address: int, nbytes: int) -> bool:
+    """Unmap the whole pages of [address, address + nbytes) if they lie in one private file mapping (a
+    checkpoint loaded with `torch.load(mmap=True)`): they leave this process's resident memory and a later read
+    maps them again from the file. Anonymous memory is never touched (MADV_DONTNEED would zero it). Returns
+    whether pages were released."""
+    mapping = file_mapping(address) if nbytes > 0 else None
+    if mapping is None or address + nbytes > mapping[1]:
+        return False
+    page = mmap.PAGESIZE
+    first, last = -(-address // page) * page, (address + nbytes) // page * page
+    if last <= first:
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.madvise(ctypes.c_void_p(first), ctypes.c_size_t(last - first), MADV_DONTNEED) == 0

@@ -80,3 +80,79 @@ def test_damaged_checkpoint_is_refused_with_its_name(tmp_path, damage):
 def test_missing_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(CheckpointError, match="not found"):
         load_checkpoint_file(tmp_path / "nope.ckpt")
+
+
+# Peak RSS of loading a saved 60-teacher ensemble back into a fresh one (what resume= does), in a fresh process:
+# `extra` is the peak during the load minus the RSS of the built (and touched) ensemble, relative to its bytes.
+# "chunked" is the ensemble's own load_state_dict (copies a chunk, then gives back the mapped file pages);
+# "copy" copies every buffer from the memory-mapped file without giving pages back (the control).
+RESUME = """
+import json, sys
+import torch
+from dpgen.callbacks.checkpoint_io import atomic_save, load_checkpoint_file
+from dpgen.nn.ensemble import TeacherEnsemble
+
+def status(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ":"))
+
+mode, path = sys.argv[1], sys.argv[2]
+if mode == "save":
+    atomic_save({"state_dict": TeacherEnsemble(60, (1, 28, 28), 10, moment_dtype="bfloat16", seed=1).state_dict()},
+                path)
+    sys.exit()
+ensemble = TeacherEnsemble(60, (1, 28, 28), 10, moment_dtype="bfloat16", chunk_size=5)
+for b in ensemble.buffers():
+    b.add_(1)  # resident, as a trained ensemble is
+size = sum(b.numel() * b.element_size() for b in ensemble.buffers())
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # the peak (VmHWM) starts again from here: pages given back earlier cannot hide the load's
+before = status("VmRSS")
+state = load_checkpoint_file(path, mapped_bytes=0)["state_dict"]
+if mode == "chunked":
+    ensemble.load_state_dict(state)
+else:
+    for name, b in ensemble.state_dict().items():
+        b.copy_(state[name])
+peak = status("VmHWM")
+same = all(torch.equal(b, state[name]) for name, b in ensemble.state_dict().items())
+print(json.dumps({"size": size, "extra": peak - before, "same": same}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_resuming_the_ensemble_from_a_mapped_checkpoint_holds_one_copy(tmp_path):
+    path = str(tmp_path / "last.ckpt")
+    subprocess.run([sys.executable, "-c", RESUME, "save", path], check=True)
+
+    def extra(mode):
+        out = subprocess.run([sys.executable, "-c", RESUME, mode, path], capture_output=True, text=True, check=True)
+        m = json.loads(out.stdout.strip().splitlines()[-1])
+        assert m["same"] and m["size"] > 200e6
+        return m["extra"] / m["size"]
+
+    assert extra("copy") > 0.9  # mapped pages count in RSS: the measurement can see a second copy
+    assert extra("chunked") < 0.2
+
+
+def test_file_pages_are_released_and_read_again_but_anonymous_memory_is_never_touched(tmp_path):
+    from dpgen.files import release_file_pages
+
+    anonymous = torch.arange(2.0**20)
+    assert not release_file_pages(anonymous.data_ptr(), anonymous.numel() * 4)
+    assert torch.equal(anonymous, torch.arange(2.0**20))
+    torch.save({"w": anonymous}, tmp_path / "w.pt")
+    mapped = torch.load(tmp_path / "w.pt", mmap=True)["w"]
+    assert mapped.sum() == anonymous.sum()  # every page read once
+    assert release_file_pages(mapped.data_ptr(), mapped.numel() * 4)
+    assert torch.equal(mapped, anonymous)  # read again from the file
+
+
+def test_small_tensors_of_a_loaded_checkpoint_are_copied_large_ones_stay_mapped(tmp_path):
+    AtomicCheckpointIO().save_checkpoint({"small": [torch.ones(10)], "large": {"w": torch.ones(2**20)}},
+                                         tmp_path / "c.ckpt")
+    loaded = load_checkpoint_file(tmp_path / "c.ckpt", mapped_bytes=2**20)
+    from dpgen.files import file_mapping
+    assert file_mapping(loaded["large"]["w"].data_ptr()) is not None
+    assert file_mapping(loaded["small"][0].data_ptr()) is None
+    assert torch.equal(loaded["small"][0], torch.ones(10))

@@ -8,6 +8,7 @@ memory-maps the file, so neither direction holds a second copy of the ensemble.
 """
 from __future__ import annotations
 
+import copy
 import os
 import pickle
 import zipfile
@@ -30,9 +31,14 @@ def atomic_save(obj: Any, path: str | os.PathLike) -> None:
     atomic_write(path, lambda f: torch.save(obj, f))
 
 
-def load_checkpoint_file(path: str | os.PathLike, map_location=None) -> dict:
-    """A checkpoint written by `atomic_save` (or `torch.save`), memory-mapped: tensors are read from the file
-    when they are copied into the model, not first into memory. A file that is not a whole checkpoint raises
+MAPPED_BYTES = 256 * 2**20  # tensors at least this large stay memory-mapped when loaded; smaller ones are copied
+
+
+def load_checkpoint_file(path: str | os.PathLike, map_location=None, mapped_bytes: int = MAPPED_BYTES) -> dict:
+    """A checkpoint written by `atomic_save` (or `torch.save`), memory-mapped: its large tensors (the teacher
+    ensemble's stacks) are read from the file when they are copied into the model, not first into memory. Small
+    tensors are copied at once, so that optimizer states holding them do not keep the whole file mapped (and
+    its disk space taken) after the checkpoint is replaced. A file that is not a whole checkpoint raises
     `CheckpointError` naming it."""
     path = Path(path)
     if not path.is_file():
@@ -40,10 +46,25 @@ def load_checkpoint_file(path: str | os.PathLike, map_location=None) -> dict:
     try:
         # Lightning checkpoints hold hyper-parameters and callback states, not only tensors (weights_only=False);
         # load only checkpoints your own runs wrote.
-        return torch.load(path, map_location=map_location, mmap=True, weights_only=False)
+        checkpoint = torch.load(path, map_location=map_location, mmap=True, weights_only=False)
     except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile) as err:
         raise CheckpointError(f"checkpoint {path} is truncated or corrupted and was not loaded ({err}); "
                               f"resume from another checkpoint, or start a new run") from err
+    return unmap_small(checkpoint, mapped_bytes)
+
+
+def unmap_small(obj, mapped_bytes: int):
+    """`obj` with every tensor smaller than `mapped_bytes` replaced by an in-memory copy (in dicts, lists and
+    tuples)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.clone() if obj.untyped_storage().nbytes() < mapped_bytes else obj
+    if isinstance(obj, dict):
+        out = copy.copy(obj)  # keeps the type, and a state dict's _metadata
+        out.update((k, unmap_small(v, mapped_bytes)) for k, v in obj.items())
+        return out
+    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
+        return type(obj)(unmap_small(v, mapped_bytes) for v in obj)
+    return obj
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

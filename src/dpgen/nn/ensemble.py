@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.optim.adam import adam
 
+from dpgen.files import release_file_pages
 from dpgen.nn.discriminator import ConditionalDiscriminator, init_parameter, label_map_response, pad_same
 from dpgen.nn.labels import one_hot
 
@@ -23,6 +24,36 @@ from dpgen.nn.labels import one_hot
 def key(name: str) -> str:
     """Buffer name of a parameter name ('convs.0.weight' -> 'convs_0_weight')."""
     return name.replace(".", "_")
+
+
+class Stacks(nn.Module):
+    """Holds stacked (n_teachers, ...) tensors as buffers. Loading copies each one `chunk` teachers at a time
+    and, after each chunk, gives back the source's pages if it is a memory-mapped checkpoint: resuming 4000
+    teachers holds them once in memory, not once in memory plus once as mapped file pages."""
+
+    def __init__(self, chunk: int):
+        super().__init__()
+        self.chunk = chunk
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        for name, buffer in self._buffers.items():
+            source = state_dict.get(prefix + name)
+            if source is None:
+                missing_keys.append(prefix + name)
+            elif source.shape != buffer.shape:
+                error_msgs.append(f"size mismatch for {prefix + name}: copying a param with shape "
+                                  f"{tuple(source.shape)}, the shape in current model is {tuple(buffer.shape)}.")
+            else:
+                with torch.no_grad():
+                    for s in range(0, len(buffer), self.chunk):
+                        part = source[s:s + self.chunk]
+                        buffer[s:s + self.chunk].copy_(part)
+                        if part.device.type == "cpu" and part.is_contiguous():
+                            release_file_pages(part.data_ptr(), part.numel() * part.element_size())
+        if strict:
+            unexpected_keys.extend(k for k in state_dict
+                                   if k.startswith(prefix) and k[len(prefix):] not in self._buffers)
 
 
 class TeacherEnsemble(nn.Module):
@@ -52,7 +83,7 @@ class TeacherEnsemble(nn.Module):
         self.channels, self.negative_slope, self.bn_eps = template.channels, template.negative_slope, template.bn_eps
         self.pool, self.conv_shape = template.pool, template.conv_shape  # what the layers see after pooling
         self.shapes = {name: tuple(p.shape) for name, p in template.named_parameters()}
-        self.params, self.exp_avg, self.exp_avg_sq = nn.Module(), nn.Module(), nn.Module()
+        self.params, self.exp_avg, self.exp_avg_sq = Stacks(chunk_size), Stacks(chunk_size), Stacks(chunk_size)
         generator = torch.Generator().manual_seed(seed)
         for name, shape in self.shapes.items():
             self.params.register_buffer(key(name), torch.empty(n_teachers, *shape))
