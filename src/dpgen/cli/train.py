@@ -77,7 +77,7 @@ def privacy_report(model, cfg: DictConfig) -> dict:
             "epsilon": eps, "stop": model.ledger.stop}
 
 
-def run(cfg: DictConfig) -> dict:
+def run(cfg: DictConfig, extra_callbacks: tuple[pl.Callback, ...] = ()) -> dict:
     out = Path(cfg.output_dir)
     pl.seed_everything(cfg.seed, workers=True)
     dm = build_datamodule(cfg)
@@ -85,7 +85,7 @@ def run(cfg: DictConfig) -> dict:
     dm.setup("fit")  # bad data fails here, before any training
     model = build_method(cfg, dm)
     model.log_private = bool(cfg.log_private_losses)
-    callbacks = build_callbacks(cfg, out)
+    callbacks = build_callbacks(cfg, out) + list(extra_callbacks)
     trainer = pl.Trainer(**cfg.trainer, callbacks=callbacks, logger=build_logger(cfg), default_root_dir=str(out),
                          plugins=[AtomicCheckpointIO()])
     start = time.time()

@@ -1,0 +1,91 @@
+"""Gradient canaries in a DP-SGD method's discriminator steps (white-box, Steinke, Nasr & Jagielski 2023 Sec. 6):
+canary i is a record whose clipped gradient is C e_j(i), one coordinate j(i) of the discriminator's parameters.
+A fair coin includes it in the data; an included canary then joins each Poisson batch with the run's sampling
+rate q, as every record does, so the run's (eps, delta) claim covers each canary. The auditor sees every
+privatized gradient sum (Opacus' `p.grad` right after the noise: what DP-SGD releases at each step) and scores
+canary i by the sum over the accepted steps of coordinate j(i)."""
+from __future__ import annotations
+
+import lightning.pytorch as pl
+import torch
+
+
+class AuditError(ValueError):
+    """An audit that cannot run as asked (shown as one error line)."""
+
+
+class GradientCanaries(pl.Callback):
+    """`canaries` Dirac gradient canaries in `pl_module.dp_optimizer` (DP-GAN, DP-CGAN). Coordinates are those
+    the real records' gradients move least at the start (least interference: the real gradients add to a
+    canary's score whether or not it is included; on MNIST, first-layer weights of always-black pixels, though
+    also of units that are inactive at the start and wake later). After fit, `scores` and `included` hold one entry per canary, over the
+    steps the privacy budget accepted."""
+
+    def __init__(self, canaries: int = 1000, seed: int = 0, probe_records: int = 10000):
+        self.m, self.probe_records = int(canaries), int(probe_records)
+        self.rng = torch.Generator().manual_seed(seed)  # the auditor's own coins: independent of the run
+        self.included = torch.rand(self.m, generator=self.rng) < 0.5
+        self.rows: list[torch.Tensor] = []  # one privatized row of m coordinates per DP-SGD step
+        self.step_starts: list[int] = []  # len(rows) when each training step began
+        self.scores: torch.Tensor | None = None
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if trainer.ckpt_path is not None:
+            raise AuditError("an audit is one uninterrupted run: it cannot resume a checkpoint")
+        opt = getattr(pl_module, "dp_optimizer", None)
+        if opt is None:
+            raise AuditError(f"gradient canaries audit DP-SGD methods (dpgan, dpcgan); "
+                             f"{type(pl_module).__name__} trains no discriminator with DP-SGD")
+        self.clip = float(opt.max_grad_norm)
+        self.rate = float(pl_module.sample_rate)
+        self.coordinates = self.quiet_coordinates(pl_module, opt)
+        original = opt.add_noise
+
+        def add_noise():
+            sampled = self.included & (torch.rand(self.m, generator=self.rng) < self.rate)
+            for p, flat, ids in self.coordinates:
+                p.summed_grad.view(-1)[flat] += self.clip * sampled[ids].to(p.summed_grad)
+            original()
+            row = torch.empty(self.m)
+            for p, flat, ids in self.coordinates:
+                row[ids] = p.grad.reshape(-1)[flat].detach().float().cpu()
+            self.rows.append(row)
+
+        opt.add_noise = add_noise
+
+    def quiet_coordinates(self, pl_module, opt) -> list[tuple[torch.nn.Parameter, torch.Tensor, torch.Tensor]]:
+        """The m coordinates whose largest per-record gradient over the training records (the first
+        `probe_records`, in batches) is smallest, ties broken at random, grouped by parameter:
+        (parameter, flat indices, canary ids)."""
+        data = pl_module.trainer.datamodule.train_data
+        activity = None
+        for start in range(0, min(len(data), self.probe_records), 256):
+            x, y = (t.to(pl_module.device) for t in data[torch.arange(start, min(start + 256, len(data)))])
+            opt.zero_grad(set_to_none=True)
+            pl_module.real_loss(pl_module.net_d(x, y)).backward()
+            batch = torch.cat([p.grad_sample.abs().flatten(1).amax(0).float().cpu() for p in opt.params])
+            activity = batch if activity is None else torch.maximum(activity, batch)
+        opt.zero_grad(set_to_none=True)
+        if activity.numel() < self.m:
+            raise AuditError(f"{self.m} canaries need as many discriminator parameters; it has {activity.numel()}")
+        shuffled = torch.randperm(activity.numel(), generator=self.rng)
+        chosen = shuffled[torch.argsort(activity[shuffled], stable=True)[:self.m]]
+        groups, start = [], 0
+        for p in opt.params:
+            inside = (chosen >= start) & (chosen < start + p.numel())
+            if inside.any():
+                ids = inside.nonzero().flatten()
+                groups.append((p, (chosen[ids] - start).to(p.device), ids))
+            start += p.numel()
+        return groups
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.step_starts.append(len(self.rows))
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        """Scores over the steps the budget accepted (a rolled-back step's gradients were never released)."""
+        discarded = (pl_module.ledger.stop or {}).get("discarded_steps", 0)
+        accepted = len(self.step_starts) - discarded
+        end = self.step_starts[accepted] if accepted < len(self.step_starts) else len(self.rows)
+        self.scores = torch.stack(self.rows[:end]).sum(0) if end else torch.zeros(self.m)
+        self.dp_steps = end
