@@ -18,8 +18,8 @@ class GradientCanaries(pl.Callback):
     """`canaries` Dirac gradient canaries in `pl_module.dp_optimizer` (DP-GAN, DP-CGAN). Coordinates are those
     the real records' gradients move least at the start (least interference: the real gradients add to a
     canary's score whether or not it is included; on MNIST, first-layer weights of always-black pixels, though
-    also of units that are inactive at the start and wake later). After fit, `scores` and `included` hold one entry per canary, over the
-    steps the privacy budget accepted."""
+    also of units that are inactive at the start and wake later). After fit, `scores` and `included` hold one
+    entry per canary, over the steps the privacy budget accepted."""
 
     def __init__(self, canaries: int = 1000, seed: int = 0, probe_records: int = 10000):
         self.m, self.probe_records = int(canaries), int(probe_records)
