@@ -1,6 +1,7 @@
-"""`python -m dpgen.audit method=<dpgan|dpcgan> data=<d> privacy.epsilon=<eps> [audit.canaries=m]`: one training
-run with gradient canaries (dpgen.audit.canaries), then the one-run epsilon lower bound (dpgen.privacy.audit)
-beside the epsilon the run claims, in <run>/audit.json."""
+"""`python -m dpgen.audit method=<dpgan|dpcgan|gpate> data=<d> privacy.epsilon=<eps> [audit.canaries=m]`: one
+training run with canaries (dpgen.audit.canaries: gradient canaries for the DP-SGD methods, vote canaries for
+G-PATE), then the one-run epsilon lower bound (dpgen.privacy.audit) beside the epsilon the run claims, in
+<run>/audit.json."""
 from __future__ import annotations
 
 import json
@@ -10,29 +11,40 @@ import hydra
 from hydra.errors import InstantiationException
 from omegaconf import DictConfig
 
-from dpgen.audit.canaries import AuditError, GradientCanaries
+from dpgen.audit.canaries import AuditError, Canaries, GradientCanaries, VoteCanaries
 from dpgen.cli.common import CONF_DIR, USER_ERRORS, bad_value, check_config, command_line, fail
 from dpgen.cli.train import run
 from dpgen.files import atomic_write_text
 from dpgen.privacy.audit import audit_scores
 
 
-def audit(cfg: DictConfig, canaries: GradientCanaries | None = None) -> dict:
-    """Train `cfg` with `canaries` (default: `cfg.audit`'s) and write <run>/audit.json."""
+THREAT_MODELS = {
+    GradientCanaries: "white-box: Dirac gradient canaries, the privatized gradient sum of every DP-SGD step seen",
+    VoteCanaries: "white-box: the teachers replaced by as many vote canaries, every query's answer seen",
+}
+
+
+def audit(cfg: DictConfig, canaries: Canaries | None = None) -> dict:
+    """Train `cfg` with `canaries` (default: by method, with `cfg.audit`'s settings) and write <run>/audit.json.
+    The bound is compared with the data-independent epsilon where the run has one: the data-dependent bound is
+    not itself a DP guarantee."""
     if not cfg.method.private:
         raise AuditError(f"method={cfg.method.name} claims no privacy: there is nothing to audit")
-    canaries = canaries or GradientCanaries(cfg.audit.canaries, seed=cfg.audit.seed)
+    if canaries is None:
+        canaries = (VoteCanaries(seed=cfg.audit.seed) if cfg.method.name == "gpate"
+                    else GradientCanaries(cfg.audit.canaries, seed=cfg.audit.seed))
     results = run(cfg, extra_callbacks=(canaries,))
     privacy = results["privacy"]
     bound = audit_scores(canaries.scores.numpy(), canaries.included.numpy(), delta=cfg.privacy.delta,
                          significance=cfg.audit.significance)
     report = {
         "method": cfg.method.name, "data": cfg.data.name, "command": command_line("-m dpgen.audit"),
-        "claimed_epsilon": privacy["epsilon"][privacy["governing_bound"]], "delta": cfg.privacy.delta,
+        "claimed_epsilon": privacy["epsilon"].get("data_independent", privacy["epsilon"][privacy["governing_bound"]]),
+        "claimed_epsilon_by_bound": privacy["epsilon"], "delta": cfg.privacy.delta,
         "lower_bound": bound.epsilon, "confidence": 1 - bound.significance,
         "canaries": bound.canaries, "included": bound.included, "guesses": bound.guesses, "correct": bound.correct,
-        "dp_sgd_steps": canaries.dp_steps, "steps": results["steps"], "wall_time_s": results["wall_time_s"],
-        "threat_model": "white-box: Dirac gradient canaries, the privatized gradient sum of every DP-SGD step seen",
+        "releases": canaries.releases, "steps": results["steps"], "wall_time_s": results["wall_time_s"],
+        "threat_model": THREAT_MODELS[type(canaries)],
     }
     atomic_write_text(Path(cfg.output_dir) / "audit.json", json.dumps(report, indent=2) + "\n")
     print(f"audit: empirical epsilon >= {bound.epsilon:.3f} with {report['confidence']:.0%} confidence "
