@@ -1,6 +1,5 @@
 """python -m dpgen.audit: gradient canaries in a real DP-CGAN run, vote canaries in a real G-PATE run; the bound
-stays below the claim with the
-privacy noise, and a planted bug (the noise switched off, here only) is caught."""
+stays below the claim with the privacy noise, and a planted bug (the noise switched off, here only) is caught."""
 from __future__ import annotations
 
 import json
