@@ -8,11 +8,10 @@ import json
 from pathlib import Path
 
 import hydra
-from hydra.errors import InstantiationException
 from omegaconf import DictConfig
 
 from dpgen.audit.canaries import AuditError, Canaries, GradientCanaries, VoteCanaries
-from dpgen.cli.common import CONF_DIR, USER_ERRORS, bad_value, check_config, command_line, fail
+from dpgen.cli.common import CONF_DIR, USER_ERRORS, check_config, command_line, run_job
 from dpgen.cli.train import run
 from dpgen.files import atomic_write_text
 from dpgen.privacy.audit import audit_scores
@@ -55,15 +54,7 @@ def audit(cfg: DictConfig, canaries: Canaries | None = None) -> dict:
 
 @hydra.main(config_path=str(CONF_DIR), config_name="audit", version_base="1.3")
 def hydra_main(cfg: DictConfig) -> None:
-    try:
-        audit(cfg)
-    except (*USER_ERRORS, AuditError) as err:
-        fail(str(err))
-    except InstantiationException as err:
-        message = bad_value(err)
-        if message is None:
-            raise
-        fail(message)
+    run_job(audit, cfg, (*USER_ERRORS, AuditError))
 
 
 def main() -> None:

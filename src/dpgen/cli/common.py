@@ -32,6 +32,19 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
+def run_job(job, cfg, user_errors: tuple[type[BaseException], ...] = USER_ERRORS) -> None:
+    """`job(cfg)`, with the user's mistakes (`user_errors`, a config value a class refused) as one error line."""
+    try:
+        job(cfg)
+    except user_errors as err:
+        fail(str(err))
+    except InstantiationException as err:
+        message = bad_value(err)
+        if message is None:
+            raise
+        fail(message)
+
+
 def bad_value(err: InstantiationException) -> str | None:
     """`<config key>: <reason>` when a config value was refused by the class it configures (a ValueError or
     TypeError raised while Hydra instantiated it), else None: then it is not the user's mistake."""

@@ -11,7 +11,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from dpgen.cli.common import CONF_DIR, USER_ERRORS, check_config, console, fail, print_metrics
+from dpgen.cli.common import CONF_DIR, USER_ERRORS, check_config, console, print_metrics, run_job
 from dpgen.files import atomic_write_text
 
 
@@ -62,10 +62,7 @@ def run(cfg: DictConfig) -> dict:
 
 @hydra.main(config_path=str(CONF_DIR), config_name="evaluate", version_base="1.3")
 def hydra_main(cfg: DictConfig) -> None:
-    try:
-        run(cfg)
-    except (*USER_ERRORS, FileNotFoundError, ValueError) as err:
-        fail(str(err))
+    run_job(run, cfg, (*USER_ERRORS, FileNotFoundError, ValueError))
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 from rich.progress import track
 from torchvision.utils import save_image
 
-from dpgen.cli.common import CONF_DIR, check_config, console, fail
+from dpgen.cli.common import CONF_DIR, check_config, console, run_job
 from dpgen.nn.generator import generate
 
 FORMATS = ("npz", "csv", "png")
@@ -86,10 +86,7 @@ def run(cfg: DictConfig) -> Path:
 
 @hydra.main(config_path=str(CONF_DIR), config_name="generate", version_base="1.3")
 def hydra_main(cfg: DictConfig) -> None:
-    try:
-        run(cfg)
-    except (FileNotFoundError, ValueError) as err:
-        fail(str(err))
+    run_job(run, cfg, (FileNotFoundError, ValueError))
 
 
 def main() -> None:

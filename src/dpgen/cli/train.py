@@ -8,7 +8,6 @@ from pathlib import Path
 
 import hydra
 import lightning.pytorch as pl
-from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -18,8 +17,7 @@ from dpgen.callbacks.progress_log import ProgressLog
 from dpgen.callbacks.random_state import RandomState
 from dpgen.callbacks.run_clock import RunClock, peak_rss_gb
 from dpgen.callbacks.sample_grid import SampleGrid
-from dpgen.cli.common import (CONF_DIR, USER_ERRORS, bad_value, check_config, command_line, fail, machine,
-                              print_summary)
+from dpgen.cli.common import CONF_DIR, check_config, command_line, machine, print_summary, run_job
 from dpgen.files import atomic_write_text
 
 
@@ -112,15 +110,7 @@ def run(cfg: DictConfig, extra_callbacks: tuple[pl.Callback, ...] = ()) -> dict:
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def hydra_main(cfg: DictConfig) -> None:
-    try:
-        run(cfg)
-    except USER_ERRORS as err:
-        fail(str(err))
-    except InstantiationException as err:
-        message = bad_value(err)
-        if message is None:
-            raise
-        fail(message)
+    run_job(run, cfg)
 
 
 def main() -> None:
