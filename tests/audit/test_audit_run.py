@@ -25,6 +25,9 @@ def run_audit(tmp_path, *overrides, canaries=None):
         cfg = compose("audit", overrides=[*QUIET, f"output_dir={tmp_path}", *overrides])
     report = audit(cfg, canaries)
     assert json.loads((tmp_path / "audit.json").read_text()) == report
+    kept = torch.load(tmp_path / "canaries.pt")  # what the bound can be recomputed from
+    assert len(kept["scores"]) == len(kept["included"]) == report["canaries"]
+    assert len(report["tried"]) == 6 and all(0 <= t["correct"] <= t["guesses"] for t in report["tried"])
     assert report["releases"] == cfg.method.max_steps
     return report
 

@@ -11,11 +11,11 @@ import hydra
 from omegaconf import DictConfig
 
 from dpgen.audit.canaries import AuditError, Canaries, GradientCanaries, VoteCanaries
+from dpgen.callbacks.checkpoint_io import atomic_save
 from dpgen.cli.common import CONF_DIR, USER_ERRORS, check_config, command_line, run_job
 from dpgen.cli.train import run
 from dpgen.files import atomic_write_text
 from dpgen.privacy.audit import audit_scores
-
 
 THREAT_MODELS = {
     GradientCanaries: "white-box: Dirac gradient canaries, the privatized gradient sum of every DP-SGD step seen",
@@ -42,10 +42,13 @@ def audit(cfg: DictConfig, canaries: Canaries | None = None) -> dict:
         "claimed_epsilon_by_bound": privacy["epsilon"], "delta": cfg.privacy.delta,
         "lower_bound": bound.epsilon, "confidence": 1 - bound.significance,
         "canaries": bound.canaries, "included": bound.included, "guesses": bound.guesses, "correct": bound.correct,
+        "tried": [{"guesses": k, "correct": c} for k, c in bound.tried],
         "releases": canaries.releases, "steps": results["steps"], "wall_time_s": results["wall_time_s"],
         "threat_model": THREAT_MODELS[type(canaries)],
     }
-    atomic_write_text(Path(cfg.output_dir) / "audit.json", json.dumps(report, indent=2) + "\n")
+    out = Path(cfg.output_dir)
+    atomic_save({"scores": canaries.scores, "included": canaries.included}, out / "canaries.pt")  # to recompute
+    atomic_write_text(out / "audit.json", json.dumps(report, indent=2) + "\n")
     print(f"audit: empirical epsilon >= {bound.epsilon:.3f} with {report['confidence']:.0%} confidence "
           f"({bound.correct} of {bound.guesses} guesses right, {bound.canaries} canaries); "
           f"claimed epsilon {report['claimed_epsilon']:.3f} at delta {cfg.privacy.delta}")

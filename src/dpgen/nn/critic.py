@@ -142,32 +142,33 @@ class CriticEnsemble(nn.Module):
         depends on its shard only), `steps` generator iterations of `critic_steps` critic steps each, chunk by
         chunk. `sample_real(s, e)` -> (x (e-s, b, *in_shape), y (e-s, b)) from the shards of critics s..e-1.
         Returns the last critic losses (n,)."""
-        rng = torch.Generator().manual_seed(seed)
-        last = torch.zeros(self.n)
+        rng = torch.Generator().manual_seed(seed)  # on the CPU: draws are moved to the critics' device
+        device = self.steps.device
+        last = torch.zeros(self.n, device=device)
         start = time.perf_counter()
         for s, e in self.chunks():
             net = FCGenerator(self.in_shape, self.num_classes, z_dim=z_dim, hidden=tuple(generator_hidden),
                               activation="relu", feature_bound=None, label_every_layer=False)
-            g_theta = stacked_init(net, e - s, rng)
+            g_theta = {k: v.to(device) for k, v in stacked_init(net, e - s, rng).items()}
             g_m = {k: torch.zeros_like(v) for k, v in g_theta.items()}
             g_v = {k: torch.zeros_like(v) for k, v in g_theta.items()}
             fake = vmap(lambda th, z, y: functional_call(net, th, (z, y)))
             for step in track(range(1, steps + 1), description=f"pretraining critics {s}-{e - 1} of {self.n}"):
                 for _ in range(critic_steps):
                     real_x, real_y = sample_real(s, e)
-                    z = torch.rand(real_y.shape + (z_dim,), generator=rng) * 2 - 1
+                    z = (torch.rand(real_y.shape + (z_dim,), generator=rng) * 2 - 1).to(device)
                     with torch.no_grad():
                         fake_x = fake(g_theta, z, real_y)
                     last[s:e] = self.train_step(s, e, real_x, real_y, fake_x, rng)
-                y = torch.randint(0, self.num_classes, real_y.shape, generator=rng)
-                z = torch.rand(real_y.shape + (z_dim,), generator=rng) * 2 - 1
+                y = torch.randint(0, self.num_classes, real_y.shape, generator=rng).to(device)
+                z = (torch.rand(real_y.shape + (z_dim,), generator=rng) * 2 - 1).to(device)
                 theta = self.stacked(self.params, s, e)
 
                 def g_loss(th, d_theta, z1, y1):
                     return -self.critic(d_theta, functional_call(net, th, (z1, y1)), y1).mean()
 
                 g_grads = vmap(grad(g_loss))(g_theta, theta, z, y)
-                adam_update(g_theta, g_grads, g_m, g_v, torch.full((e - s,), step), self.lr, self.betas)
+                adam_update(g_theta, g_grads, g_m, g_v, torch.full((e - s,), step, device=device), self.lr, self.betas)
                 if step % max(1, steps // 10) == 0:  # the progress bar does not reach a log file
                     log.info("pretraining critics %d-%d of %d: step %d of %d, %.0f s", s, e - 1, self.n, step, steps,
                              time.perf_counter() - start)

@@ -52,7 +52,7 @@ def one_run_epsilon(m: int, guesses: int, correct: int, delta: float, significan
 
 @dataclass(frozen=True)
 class AuditBound:
-    """The best lower bound over the guess counts tried, and what it came from."""
+    """The best lower bound over the guess counts tried, what it came from, and every (guesses, correct) tried."""
 
     epsilon: float
     guesses: int
@@ -61,6 +61,7 @@ class AuditBound:
     included: int
     significance: float
     delta: float
+    tried: tuple[tuple[int, int], ...] = ()
 
 
 def audit_scores(scores: Sequence[float], included: Sequence[bool], delta: float, significance: float = 0.05,
@@ -75,10 +76,10 @@ def audit_scores(scores: Sequence[float], included: Sequence[bool], delta: float
         guess_counts = sorted({max(1, round(f * m)) for f in (0.01, 0.02, 0.05, 0.1, 0.2, 0.5)})
     order = np.argsort(-scores, kind="stable")
     level = significance / len(guess_counts)
-    best = AuditBound(0.0, 0, 0, m, int(included.sum()), significance, delta)
-    for k in guess_counts:
-        correct = int(included[order[:k]].sum())
+    tried = tuple((k, int(included[order[:k]].sum())) for k in guess_counts)
+    best = (0.0, 0, 0)
+    for k, correct in tried:
         eps = one_run_epsilon(m, k, correct, delta, level)
-        if eps > best.epsilon:
-            best = AuditBound(eps, k, correct, m, int(included.sum()), significance, delta)
-    return best
+        if eps > best[0]:
+            best = (eps, k, correct)
+    return AuditBound(*best, m, int(included.sum()), significance, delta, tried)
