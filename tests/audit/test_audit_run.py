@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
@@ -32,6 +33,7 @@ def run_audit(tmp_path, *overrides, canaries=None):
     return report
 
 
+@pytest.mark.slow
 def test_audit_with_the_privacy_noise_stays_below_the_claim(tmp_path):
     report = run_audit(tmp_path, *DPCGAN)
     assert report["canaries"] == 1000
@@ -68,6 +70,7 @@ GPATE = ["method=gpate", "method.n_teachers=400", "method.batch_size=20", "metho
          "method.module.aggregator.sigma1=1500", "method.module.aggregator.sigma2=1500"]
 
 
+@pytest.mark.slow
 def test_gpate_vote_canaries(tmp_path, monkeypatch):
     noisy = run_audit(tmp_path / "noisy", *GPATE)
     assert noisy["canaries"] == 400 and noisy["releases"] == 60
