@@ -17,6 +17,7 @@ from dpgen.callbacks.downstream import flatten
 from dpgen.callbacks.checkpoint_io import CheckpointError
 from dpgen.callbacks.privacy_budget import BudgetError
 from dpgen.data.errors import DataError
+from dpgen.memory import reuse_freed_memory
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # package data; the repository's conf/ links here
 # Errors caused by input or configuration: printed as one clear message, without a traceback.
@@ -34,6 +35,7 @@ def fail(message: str) -> None:
 
 def run_job(job, cfg, user_errors: tuple[type[BaseException], ...] = USER_ERRORS) -> None:
     """`job(cfg)`, with the user's mistakes (`user_errors`, a config value a class refused) as one error line."""
+    reuse_freed_memory()
     try:
         job(cfg)
     except user_errors as err:

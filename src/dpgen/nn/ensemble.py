@@ -17,6 +17,7 @@ from torch.nn import functional as F
 from torch.optim.adam import adam
 
 from dpgen.files import release_file_pages
+from dpgen.memory import MMAP_THRESHOLD_MAX
 from dpgen.nn.discriminator import ConditionalDiscriminator, init_parameter, label_map_response, pad_same
 from dpgen.nn.labels import one_hot
 
@@ -74,7 +75,7 @@ class TeacherEnsemble(nn.Module):
         super().__init__()
         moment_dtype = getattr(torch, moment_dtype) if isinstance(moment_dtype, str) else moment_dtype  # Hydra
         self.n_teachers, self.in_shape, self.num_classes = n_teachers, tuple(in_shape), num_classes
-        self.chunk_size, self.lr, self.betas, self.eps, self.arch = chunk_size, lr, tuple(betas), eps, arch
+        self.lr, self.betas, self.eps, self.arch = lr, tuple(betas), eps, arch
         # False: real and fake batches normalised apart (two forward calls, as the reference); True: one BatchNorm
         # batch of [own real, fake], also when taking the fake samples' input gradients
         self.joint_batch_norm = bool(joint_batch_norm)
@@ -83,7 +84,11 @@ class TeacherEnsemble(nn.Module):
         self.channels, self.negative_slope, self.bn_eps = template.channels, template.negative_slope, template.bn_eps
         self.pool, self.conv_shape = template.pool, template.conv_shape  # what the layers see after pooling
         self.shapes = {name: tuple(p.shape) for name, p in template.named_parameters()}
-        self.params, self.exp_avg, self.exp_avg_sq = Stacks(chunk_size), Stacks(chunk_size), Stacks(chunk_size)
+        # at most `chunk_size`, and few enough that one chunk's largest gradient (4-byte floats) stays within the
+        # blocks the allocator reuses from step to step (dpgen/memory.py): 15 reference MNIST teachers
+        largest = 4 * max(math.prod(shape) for shape in self.shapes.values())
+        self.chunk_size = max(1, min(int(chunk_size), MMAP_THRESHOLD_MAX // largest))
+        self.params, self.exp_avg, self.exp_avg_sq = (Stacks(self.chunk_size) for _ in range(3))
         generator = torch.Generator().manual_seed(seed)
         for name, shape in self.shapes.items():
             self.params.register_buffer(key(name), torch.empty(n_teachers, *shape))
