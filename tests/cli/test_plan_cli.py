@@ -11,7 +11,6 @@ from dpgen.privacy.pate import rdp_confident_gnmax_batch
 from dpgen.cli.common import CONF_DIR
 from dpgen.cli.plan import main
 from dpgen.cli.train import build_datamodule, build_method
-from dpgen.data.partition import partition_indices
 from dpgen.data.split import stratified_split
 from dpgen.privacy.dpsgd import rdp_subsampled_gaussian
 from dpgen.privacy.gswgan import GSWGAN_ORDERS, rdp_sampled_wor_gaussian
@@ -54,8 +53,8 @@ def test_experiment_and_overrides_change_the_plan():
     assert (ten["teachers"], ten["batch"], ten["queries_per_step"], ten["epsilon"]) == (2000, 30, 300, 10.0)
     # without projection every pixel is a query: 15 * 784
     assert main(["experiment=gpate_mnist_ablation_projnone"])["queries_per_step"] == 15 * 784
-    # b is clamped to the smallest partition: 60000 / 10000 teachers = 6 records each
-    assert main(["experiment=gpate_mnist_eps1", "method.n_teachers=10000"])["batch"] == 6
+    # b is the teachers' batch size whatever the partition sizes (6 records each on average here)
+    assert main(["experiment=gpate_mnist_eps1", "method.n_teachers=10000"])["batch"] == 15
 
 
 def test_known_sizes_equal_the_data_code():
@@ -64,9 +63,7 @@ def test_known_sizes_equal_the_data_code():
     train, _ = stratified_split(labels, 0.2, 0)
     result = main(["experiment=gpate_kaggle_credit_eps1"])
     assert result["records"] == len(train) == (284_315 - 56_863) + (492 - 98)
-    assert result["smallest_partition"] == 227_846 // 2100 == 108 and result["batch"] == 32
-    for n, t in [(60_000, 4000), (227_846, 2100), (10, 3), (7, 7)]:  # smallest partition = n // t
-        assert min(len(p) for p in partition_indices(n, t, 0)) == n // t
+    assert result["batch"] == 32
 
 
 def test_the_class_ratio_release_is_paid_first():
@@ -90,9 +87,10 @@ def test_unknown_sizes_are_counted_by_loading(tmp_path):
     path.write_text("\n".join(rows) + "\n")
     result = main(["method=gpate", "data=csv", f"data.path={path}", "data.label=label", "data.classes=[0,1]",
                    "data.default_range=[0,1]", "method.n_teachers=4", "method.batch_size=32"])
-    # 25 + 25 records, 5 of each class to test: 40 training records, 4 partitions of 10, b = 10, k = 10
+    # 25 + 25 records, 5 of each class to test: 40 training records; b = 32 (drawn again where a partition is
+    # smaller), k = 10
     assert result["records_source"] == "loaded" and result["records"] == 40
-    assert (result["smallest_partition"], result["batch"], result["queries_per_step"]) == (10, 10, 100)
+    assert (result["batch"], result["queries_per_step"]) == (32, 320)
 
 
 def test_a_method_without_planner_is_a_clear_error():
@@ -181,7 +179,7 @@ def test_pate_triplegan_plans_votes_and_dpsgd_as_the_method_charges_them():
     assert 0 < clt["worst_case_steps"] < clt["best_case_steps"]
     with pytest.raises(ValueError, match="accounting=clt"):
         main(["method=pate_triplegan", "privacy.conversion=gdp", *MNIST])
-    assert main(["method=pate_triplegan", "method.module.percent=0.3", *MNIST])["smallest_partition"] == 60_000 // 333
+    assert main(["method=pate_triplegan", "method.module.percent=0.3", *MNIST])["teachers"] == 100  # of 333 parts
     with pytest.raises(ValueError, match="method.n_teachers=333"):
         main(["method=pate_triplegan", "method.module.percent=0.3", "method.n_teachers=125", *MNIST])
 

@@ -179,7 +179,7 @@ def test_losses_on_private_records_stay_out_of_the_logs_unless_asked(tmp_path, l
     assert not any("teachers" in key for key in metrics["losses"])  # metrics.json: never
     assert ("private/loss/d_teachers" in header) == ("d_teachers" in log) == log_private
     assert ("private_logs" in privacy) == log_private
-    assert privacy["neighbouring"]["relation"] == "replace_one" and "N public" in privacy["neighbouring"]["note"]
+    assert privacy["neighbouring"]["relation"] == "add_remove" and "keyed hash" in privacy["neighbouring"]["note"]
 
 
 def test_the_budget_judges_a_step_before_any_callback_writes_what_it_made(tmp_path):

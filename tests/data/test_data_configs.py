@@ -39,9 +39,9 @@ def test_celeba_configs_load_fixture(name, shape, classes, celeba_root):
     dm = build(name, root=str(celeba_root), check_hashes=False, download=False)
     dm.setup()
     x, y = next(iter(dm.train_dataloader()))
-    # 2 teachers: hair has 4 training images (2 each), gender 6 (3 each); b = min(4, smallest partition)
-    b = 2 if name == "celeba_hair" else 3
-    assert (dm.shape, dm.num_classes, x.shape, y.shape) == (shape, classes, (2, b, *shape), (2, b))
+    # 2 teachers, batch 4 (drawn again where a partition is smaller): hair has 4 training images, gender 6
+    assert (dm.shape, dm.num_classes, x.shape, y.shape) == (shape, classes, (2, 4, *shape), (2, 4))
+    assert sum(len(p) for p in dm.partitions) == (4 if name == "celeba_hair" else 6)
 
 
 def test_kaggle_credit_config_loads_fixture(credit_root):

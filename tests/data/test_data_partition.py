@@ -1,70 +1,116 @@
+import pytest
 import torch
 
-import pytest
-
-from dpgen.data.partition import TeacherBatchSampler, partition_indices
-
-
-def test_partitions_are_disjoint_cover_everything_and_balanced():
-    parts = partition_indices(103, 10, seed=3)
-    # 103 = 10 * 10 + 3: three teachers get 11 records, seven get 10
-    assert sorted(len(p) for p in parts) == [10] * 7 + [11] * 3
-    every = torch.cat(parts)
-    assert len(every) == 103 and torch.equal(every.sort().values, torch.arange(103))  # disjoint + covering
-    assert all(p.dtype == torch.long for p in parts)
+from dpgen.data.base import TensorData
+from dpgen.data.partition import (BLANK, TeacherBatchSampler, TeacherRecords, draw_batches, padded_table,
+                                  partition_indices, record_teachers)
 
 
-def test_partitions_are_deterministic_for_a_seed():
-    a, b, c = (partition_indices(1000, 7, seed=s) for s in (5, 5, 6))
-    assert all(torch.equal(x, y) for x, y in zip(a, b))
-    assert not all(torch.equal(x, y) for x, y in zip(a, c))
+def records(n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(n, 1, 4, 4, generator=g), torch.randint(0, 3, (n,), generator=g)
 
 
-def test_partition_rejects_more_teachers_than_records():
-    with pytest.raises(ValueError, match="only 3 records"):
-        partition_indices(3, 4, seed=0)
-
-
-def test_teacher_batches_stay_in_own_partition_without_replacement():
-    parts = partition_indices(103, 10, seed=1)
-    sampler = TeacherBatchSampler(parts, batch_size=4, seed=2)
-    # b = min(4, smallest partition 10) = 4; epoch = floor(10 / 4) = 2 batches
-    batches = list(sampler)
-    assert len(sampler) == len(batches) == 2 and all(b.shape == (10, 4) for b in batches)
-    epoch = torch.cat(batches, dim=1)  # (10 teachers, 8 records)
-    owner = torch.empty(103, dtype=torch.long)
+def owners(parts, n):
+    owner = torch.full((n,), -1, dtype=torch.long)
     for t, p in enumerate(parts):
         owner[p] = t
-    assert torch.equal(owner[epoch], torch.arange(10)[:, None].expand(10, 8))  # row t only from partition t
-    assert len(epoch.flatten().unique()) == 80  # no record twice in an epoch, in one teacher or in two
+    return owner
 
 
-def test_teacher_batch_shrinks_to_smallest_partition_and_epochs_differ():
-    parts = partition_indices(25, 4, seed=0)  # sizes 7, 6, 6, 6
-    sampler = TeacherBatchSampler(parts, batch_size=50, seed=0)
-    first, = list(sampler)
-    second, = list(sampler)
-    assert first.shape == (4, 6)  # b = min(50, 6)
-    assert not torch.equal(first, second)  # reshuffled every epoch
-    again, = list(TeacherBatchSampler(parts, batch_size=50, seed=0))
-    assert torch.equal(first, again)  # same seed, same sequence
+def test_partitions_are_disjoint_and_cover_everything():
+    x, y = records(103)
+    parts = partition_indices(x, 10, seed=3)
+    assert len(parts) == 10 and all(p.dtype == torch.long for p in parts)
+    every = torch.cat(parts)
+    assert len(every) == 103 and torch.equal(every.sort().values, torch.arange(103))  # disjoint + covering
 
 
-def test_4000_teachers_of_15_records_see_each_record_once_per_epoch():
-    # G-PATE appendix E, eps = 1: 4000 teachers, batch 15, MNIST's 60,000 records -> 15 records each,
-    # so one batch is the whole epoch and holds every record exactly once.
-    sampler = TeacherBatchSampler(partition_indices(60_000, 4000, seed=0), batch_size=15, seed=0)
-    batch, = list(sampler)
-    assert batch.shape == (4000, 15)
-    assert torch.equal(batch.flatten().sort().values, torch.arange(60_000))
+def test_a_record_keeps_its_teacher_when_another_is_added_or_removed():
+    """Add/remove neighbours: the teacher of a record is a function of the record (and the seed) alone."""
+    x, y = records(500)
+    owner = record_teachers(x, 40, seed=1)
+    removed = torch.cat([torch.arange(0, 217), torch.arange(218, 500)])
+    assert torch.equal(record_teachers(x[removed], 40, seed=1), owner[removed])
+    shuffled = torch.randperm(500)
+    assert torch.equal(record_teachers(x[shuffled], 40, seed=1), owner[shuffled])
+    assert not torch.equal(record_teachers(x, 40, seed=2), owner)  # the key changes the assignment
 
 
-def test_epoch_shuffle_depends_on_seed_and_epoch_only():
-    # a resumed run rebuilds its sampler; Lightning's set_epoch(e) must give it epoch e's batches again
-    parts = partition_indices(60, 4, seed=0)
+def test_partition_sizes_are_those_of_a_uniform_hash():
+    """60,000 records over 4000 teachers: sizes Binomial(60000, 1/4000), mean 15, sd ~3.9."""
+    x = torch.arange(60_000, dtype=torch.float32)[:, None]  # distinct records
+    sizes = torch.bincount(record_teachers(x, 4000, seed=0), minlength=4000).double()
+    assert sizes.sum() == 60_000 and abs(sizes.mean() - 15) < 1e-9
+    assert 3.5 < sizes.std() < 4.3 and sizes.min() >= 1
+
+
+def test_batches_draw_from_own_records_only_in_the_documented_way():
+    parts = [torch.tensor([4, 9, 2, 7]), torch.tensor([1, 3]), torch.tensor([], dtype=torch.long),
+             torch.tensor([0, 5, 6, 8, 10, 11])]
+    table, sizes = padded_table(parts)
+    assert torch.equal(sizes, torch.tensor([4, 2, 0, 6]))
+    for step in range(20):
+        batch = draw_batches(table, sizes, 4, torch.rand(4, 4, generator=torch.Generator().manual_seed(step)))
+        assert batch.shape == (4, 4)
+        assert sorted(batch[0].tolist()) == [2, 4, 7, 9]  # exactly b records: the whole partition, shuffled
+        assert torch.equal(batch[1, 2:], batch[1, :2]) and sorted(batch[1, :2].tolist()) == [1, 3]  # then again
+        assert torch.equal(batch[2], torch.full((4,), BLANK))  # no records: blank ones
+        assert len(set(batch[3].tolist())) == 4 and set(batch[3].tolist()) <= set(parts[3].tolist())
+
+
+def test_draws_are_uniform_subsets():
+    """A teacher with 6 records and b = 2: each of the 15 pairs about equally often."""
+    table, sizes = padded_table([torch.arange(6)])
+    counts = {}
+    for step in range(3000):
+        pair = draw_batches(table, sizes, 2, torch.rand(1, 2, generator=torch.Generator().manual_seed(step)))[0]
+        counts[tuple(sorted(pair.tolist()))] = counts.get(tuple(sorted(pair.tolist())), 0) + 1
+    assert len(counts) == 15 and min(counts.values()) > 150 and max(counts.values()) < 250  # 200 expected
+
+
+def test_other_teachers_batches_do_not_change_when_a_record_is_removed():
+    x, y = records(400)
+    parts = partition_indices(x, 20, seed=0)
+    gone = int(parts[7][3])
+    keep = torch.cat([torch.arange(gone), torch.arange(gone + 1, 400)])
+    smaller = partition_indices(x[keep], 20, seed=0)
+    sampler, other = TeacherBatchSampler(parts, 8, seed=5), TeacherBatchSampler(smaller, 8, seed=5)
+    for _ in range(3):
+        for a, b in zip(sampler, other):
+            rest = torch.arange(20) != 7
+            assert torch.equal(a[rest], keep[b[rest]])  # the same records (indices shift by the removal)
+
+
+def test_sampler_is_a_function_of_seed_and_step_and_resumes():
+    x, y = records(90)
+    parts = partition_indices(x, 3, seed=0)
     sampler = TeacherBatchSampler(parts, batch_size=15, seed=3)
-    epochs = [list(sampler)[0] for _ in range(3)]
+    assert len(sampler) == 2  # about one pass over the mean partition of 30
+    epochs = [list(sampler) for _ in range(3)]
+    assert all(b.shape == (3, 15) for e in epochs for b in e)
+    assert not torch.equal(epochs[1][0], epochs[2][0])
     fresh = TeacherBatchSampler(parts, batch_size=15, seed=3)
-    fresh.set_epoch(2)
-    assert torch.equal(list(fresh)[0], epochs[2])
-    assert not torch.equal(epochs[1], epochs[2])
+    fresh.set_epoch(2)  # as Lightning after resume=
+    assert all(torch.equal(a, b) for a, b in zip(list(fresh), epochs[2]))
+    with pytest.raises(ValueError, match="batch_size"):
+        TeacherBatchSampler(parts, 0, seed=0)
+
+
+def test_4000_teachers_of_15_records_see_their_whole_partition():
+    # G-PATE appendix E, eps = 1: 4000 teachers, batch 15 on 60,000 records: a teacher holding 15 records sees
+    # all of them every step; every row comes from its own partition
+    x = torch.arange(60_000, dtype=torch.float32)[:, None]
+    parts = partition_indices(x, 4000, seed=0)
+    batch, = list(TeacherBatchSampler(parts, batch_size=15, seed=0))
+    assert batch.shape == (4000, 15)
+    assert torch.equal(owners(parts, 60_000)[batch], torch.arange(4000)[:, None].expand(4000, 15))
+    for t in [t for t, p in enumerate(parts) if len(p) == 15][:20]:
+        assert torch.equal(batch[t].sort().values, parts[t])
+
+
+def test_blank_records_are_public_zeros():
+    data = TensorData(torch.rand(5, 1, 2, 2), torch.tensor([1, 2, 1, 2, 1]))
+    x, y = TeacherRecords(data)[torch.tensor([[3, BLANK], [BLANK, 4]])]
+    assert torch.equal(x[0, 0], data.x[3]) and torch.equal(x[1, 1], data.x[4]) and y[0, 0] == 2
+    assert x[0, 1].abs().sum() == 0 and x[1, 0].abs().sum() == 0 and y[0, 1] == 0 and y[1, 0] == 0

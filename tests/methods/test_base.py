@@ -62,6 +62,6 @@ def test_losses_on_private_records_are_logged_only_when_asked(log_private, monke
 
 def test_every_private_method_says_which_neighbouring_data_sets_its_guarantee_is_about():
     relations = {cls.__name__: cls.neighbouring for cls in (GPATE, PATEGAN, GSWGAN, DPGAN, DPCGAN, PATETripleGAN)}
-    assert relations == {"GPATE": "replace_one", "PATEGAN": "replace_one", "GSWGAN": "replace_one",
-                         "DPGAN": "add_remove", "DPCGAN": "add_remove", "PATETripleGAN": "mixed"}
+    assert relations == {"GPATE": "add_remove", "PATEGAN": "add_remove", "GSWGAN": "add_remove",
+                         "DPGAN": "add_remove", "DPCGAN": "add_remove", "PATETripleGAN": "add_remove"}
     assert set(relations.values()) <= set(NEIGHBOURING)

@@ -75,15 +75,15 @@ def test_each_step_records_b_times_k_queries(tmp_path, proj_dim, per_sample):
 
 
 def test_class_ratio_release_noise_and_rdp_by_hand():
-    # tests fix the secret seed to 12345 (conftest), so the Laplace noise is default_rng(12345).laplace(0, 2/eps):
-    # replacing one record moves one count down and another up (L1 sensitivity 2), so eps = 0.5 needs scale 4
+    # tests fix the secret seed to 12345 (conftest), so the Laplace noise is default_rng(12345).laplace(0, 1/eps):
+    # adding or removing one record moves one count by one (L1 sensitivity 1), so eps = 0.5 needs scale 2
     model = tiny(class_ratio_epsilon=0.5)
     labels = torch.tensor([0] * 30 + [1] * 10)
     model.release_class_ratio(labels)
-    noisy = np.array([30.0, 10.0]) + np.random.default_rng(12345).laplace(0.0, 4.0, size=2)
+    noisy = np.array([30.0, 10.0]) + np.random.default_rng(12345).laplace(0.0, 2.0, size=2)
     np.testing.assert_allclose(model.class_probs.numpy(), noisy / noisy.sum(), rtol=1e-6)
     entry = mechanisms(model)[CLASS_RATIO]
-    assert entry["count"] == 1 and entry["params"][0]["scale"] == 4.0 and entry["params"][0]["sensitivity"] == 2.0
+    assert entry["count"] == 1 and entry["params"][0]["scale"] == 2.0 and entry["params"][0]["sensitivity"] == 1.0
     np.testing.assert_allclose(model.ledger.rdp("data_independent"), rdp_laplace(0.5, model.orders), rtol=0)
     np.testing.assert_allclose(model.ledger.rdp("data_dependent"), rdp_laplace(0.5, model.orders), rtol=0)
 

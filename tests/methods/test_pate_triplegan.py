@@ -40,7 +40,7 @@ class Toy(DPGenDataModule):
         x = (0.25 + 0.5 * y[:, None] + 0.05 * torch.randn(RECORDS, FEATURES, generator=g)).clamp(0, 1)
         x[:, 0] = torch.arange(RECORDS) / RECORDS
         if self.relabel:
-            unlabelled = torch.cat(partition_indices(RECORDS, PARTITIONS, self.seed)[TEACHERS:])
+            unlabelled = torch.cat(partition_indices(x.float(), PARTITIONS, self.seed)[TEACHERS:])
             y[unlabelled] = 1 - y[unlabelled]
         return TensorData(x.float(), y), TensorData(x[:50].float(), y[:50])
 
@@ -75,7 +75,8 @@ def test_teachers_see_only_their_labelled_partition(monkeypatch):
     assert len(seen) == 4 * 2 and seen[0].shape == (TEACHERS, BATCH)
     for t in range(TEACHERS):
         assert set(torch.cat([s[t] for s in seen]).tolist()) <= set(dm.partitions[t].tolist())
-    assert model.labelled.sum() == sum(len(p) for p in dm.partitions[:TEACHERS]) == 320  # percent 0.8
+    labelled = sum(len(p) for p in dm.partitions[:TEACHERS])
+    assert model.labelled.sum() == labelled and abs(labelled - 320) < 40  # percent 0.8: 8 of 10 hashed partitions
 
 
 def test_labels_of_unlabelled_records_change_nothing():

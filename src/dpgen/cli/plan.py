@@ -45,24 +45,22 @@ def known_train_size(data: DictConfig) -> int | None:
 
 
 def data_facts(cfg: DictConfig) -> dict:
-    """Record shape, training records, smallest teacher partition (and where the count came from)."""
+    """Record shape and training records (and where the count came from)."""
     dm = build_datamodule(cfg)  # constructing reads no data
-    n = known_train_size(cfg.data)
+    n, source = known_train_size(cfg.data), "known size"
     if n is None:
         dm.prepare_data()
         dm.setup("fit")
-        n, smallest, source = len(dm.train_data), min(len(p) for p in dm.partitions), "loaded"
-    else:
-        smallest, source = n // cfg.method.n_teachers, "known size"  # partition_indices: sizes differ by <= 1
-    return {"shape": tuple(dm.shape), "records": n, "smallest_partition": smallest, "records_source": source}
+        n, source = len(dm.train_data), "loaded"
+    return {"shape": tuple(dm.shape), "records": n, "records_source": source}
 
 
 def plan_gpate(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
-    """Per step b * k Confident-GNMax queries, b = min(batch, smallest partition) (the teachers' batch sampler,
+    """Per step b * k Confident-GNMax queries, b = the teachers' batch size (fixed: data/partition.py,
     GPATE.queries_per_step); the Laplace class ratio, when released, is paid first."""
     module = cfg.method.module
     agg = DPGradAggParams(**module.aggregator)
-    batch = min(cfg.method.batch_size, facts["smallest_partition"])
+    batch = cfg.method.batch_size
     queries = batch * agg.queries_per_sample(math.prod(facts["shape"]))
     cost = dpgradagg.step_cost(agg, cfg.method.n_teachers, queries, DEFAULT_ORDERS, module.get("class_ratio_epsilon"))
     return cost, {"mechanism": "confident_gnmax", "teachers": cfg.method.n_teachers, "batch": batch,
@@ -101,9 +99,6 @@ def plan_gswgan(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
     module, p = cfg.method.module, cfg.privacy
     if p.bound not in STANDARD_BOUNDS + GSWGAN_BOUNDS:
         raise ValueError(f"privacy.bound={p.bound} is not a GS-WGAN bound ({STANDARD_BOUNDS + GSWGAN_BOUNDS})")
-    if facts["records"] < module.n_discriminators:
-        raise ValueError(f"{module.n_discriminators} discriminators need at least as many records, "
-                         f"got {facts['records']}")
     sanitizer = SanitizerParams(n_discriminators=module.n_discriminators, **module.sanitizer)
     cost = sanitizer.step_cost(module.batch_size)
     return cost, {"mechanism": "gswgan_sanitizer", "n_discriminators": module.n_discriminators,

@@ -28,7 +28,6 @@ from torchvision.utils import save_image
 
 from dpgen.aggregation.dpgradagg import DPGradAggParams, dp_grad_agg
 from dpgen.data.mnist import MNISTDataModule
-from dpgen.data.partition import partition_indices
 from dpgen.evaluation.fidelity import domain_classifier_for
 from dpgen.nn.ensemble import TeacherEnsemble
 from dpgen.nn.generator import ConditionalImageGenerator, label_matched, latent
@@ -91,10 +90,11 @@ def main(argv: list[str] | None = None) -> None:
     train, test = MNISTDataModule(download=False).load()
     x, y = train.x, train.y
     classifier, _ = domain_classifier_for("mnist", x, y, test.x, test.y, num_classes=10, progress=False)
-    parts = partition_indices(len(x), a.teachers, a.seed)
-    size = min(len(q) for q in parts)
-    size = min(size, a.records or size)
-    parts = torch.stack([q[:size] for q in parts])
+    # equal disjoint slices of a seeded permutation (a measurement, nothing is released; training hashes records)
+    equal = len(x) // a.teachers
+    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(a.seed))
+    size = min(equal, a.records or equal)
+    parts = order[:a.teachers * equal].view(a.teachers, equal)[:, :size]
     b = min(a.batch, size)
     arch = {"hidden": a.hidden} | ({"channels": a.channels} if a.channels is not None else {})
     ensemble = TeacherEnsemble(a.teachers, (1, 28, 28), 10, joint_batch_norm=a.joint_batch_norm,

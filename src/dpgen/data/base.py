@@ -9,7 +9,7 @@ import torch
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
 
-from dpgen.data.partition import TeacherBatchSampler, partition_indices
+from dpgen.data.partition import TeacherBatchSampler, TeacherRecords, partition_indices
 
 
 def default_root() -> Path:
@@ -60,7 +60,8 @@ class DPGenDataModule(LightningDataModule, ABC):
 
     After `setup()`: `train_data`, `test_data` (`TensorData`) and `partitions` (one index tensor per teacher).
     `train_dataloader()` yields `(x, y)` batches of `batch_size` when `n_teachers == 1`, else teacher batches
-    `x: (n_teachers, b, *shape)`, `y: (n_teachers, b)` where row t holds only teacher t's records.
+    `x: (n_teachers, b, *shape)`, `y: (n_teachers, b)`, b = `batch_size`, where row t holds only teacher t's
+    records (`data.partition`: a teacher without records gets public blank ones).
     """
 
     name: str
@@ -91,7 +92,7 @@ class DPGenDataModule(LightningDataModule, ABC):
         if self.train_data is not None:
             return
         train, test = self.load()
-        self._partitions = partition_indices(len(train), self.n_teachers, self.seed)
+        self._partitions = partition_indices(train.stored, self.n_teachers, self.seed)
         self.train_data, self.test_data = train, test
 
     @property
@@ -111,14 +112,15 @@ class DPGenDataModule(LightningDataModule, ABC):
             sampler = BatchSampler(RandomSampler(range(len(self.train_data)), generator=generator),
                                    min(self.batch_size, len(self.train_data)), drop_last=True)
         else:
-            sampler = TeacherBatchSampler(self.partitions, self.batch_size, self.seed)
+            return self._loader(TeacherRecords(self.train_data),
+                                TeacherBatchSampler(self.partitions, self.batch_size, self.seed))
         return self._loader(self.train_data, sampler)
 
     def test_dataloader(self) -> DataLoader:
         n = len(self.test_data)
         return self._loader(self.test_data, BatchSampler(range(n), min(self.batch_size, n), drop_last=False))
 
-    def _loader(self, data: TensorData, sampler) -> DataLoader:
+    def _loader(self, data: Dataset, sampler) -> DataLoader:
         # batch_size=None: the sampler yields whole batches of indices, gathered by one tensor index each.
         return DataLoader(data, sampler=sampler, batch_size=None, num_workers=self.num_workers,
                           persistent_workers=self.num_workers > 0)

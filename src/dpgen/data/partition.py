@@ -1,50 +1,89 @@
 """Disjoint teacher partitions of the training set and the sampler that feeds all teachers at once.
 
-PATE-GAN Algorithm 1 line 3 ("Partition dataset into k subsets D_1..D_k of size |D|/k") and G-PATE
-Section 4 / Algorithm 1 input ("disjoint subsets of sensitive data S_1..S_n"): a record influences exactly
-one teacher, which is what the per-teacher sensitivity of the vote aggregation relies on.
+PATE-GAN Algorithm 1 line 3 ("Partition dataset into k subsets D_1..D_k") and G-PATE Section 4 / Algorithm 1
+input ("disjoint subsets of sensitive data S_1..S_n"): a record influences exactly one teacher, which is what
+the per-teacher sensitivity of the vote aggregation relies on.
+
+Neighbouring data sets differ by one record added or removed (docs/PRIVACY.md). So that such a difference
+changes one teacher only, a record's teacher is a keyed hash of the record itself (not of its position), and
+teacher t's batch is drawn from teacher t's records alone with randomness that depends on the seed and the step
+only: b records (b public), all of the partition in random order when it holds b, a random b of them when it
+holds more, and every record once and then again at random when it holds fewer.
 """
 from __future__ import annotations
 
+import hashlib
+
+import numpy as np
 import torch
+from torch.utils.data import Dataset
+
+BLANK = -1  # index of a public blank record (zeros, label 0) in a teacher batch: the teacher has no records
 
 
-def partition_indices(n_records: int, n_teachers: int, seed: int) -> list[torch.Tensor]:
-    """Split record indices 0..n_records-1 into `n_teachers` disjoint sets covering all of them.
+def record_teachers(records: torch.Tensor, n_teachers: int, seed: int) -> torch.Tensor:
+    """Teacher of each record: BLAKE2b of its features' bytes, keyed by the seed, modulo n_teachers (int64 (N,)).
 
-    Sizes differ by at most one (the first n_records % n_teachers teachers get one more record); the split
-    is a function of `seed` only. Each set is returned sorted, as an int64 tensor.
-    """
+    A function of the record and the seed alone: adding or removing a record leaves every other record where
+    it was. Labels are not hashed, so a split that never reads some records' labels (PATE-TripleGAN's
+    unlabelled part) does not read them here either. Partition sizes are Binomial(N, 1 / n_teachers)."""
     if n_teachers < 1:
         raise ValueError(f"n_teachers must be >= 1, got {n_teachers}")
-    if n_records < n_teachers:
-        raise ValueError(f"cannot give each of {n_teachers} teachers a record: only {n_records} records")
-    generator = torch.Generator().manual_seed(int(seed))
-    order = torch.randperm(n_records, generator=generator)
-    return [part.sort().values for part in torch.tensor_split(order, n_teachers)]
+    key = int(seed).to_bytes(16, "little", signed=True)
+    rows = records.reshape(len(records), -1).contiguous().numpy().view(np.uint8).reshape(len(records), -1)
+    digests = [hashlib.blake2b(row.tobytes(), digest_size=8, key=key).digest() for row in rows]
+    values = np.frombuffer(b"".join(digests), dtype="<u8")
+    return torch.from_numpy((values % np.uint64(n_teachers)).astype(np.int64))
+
+
+def partition_indices(records: torch.Tensor, n_teachers: int, seed: int) -> list[torch.Tensor]:
+    """Record indices of each teacher (sorted int64 tensors): disjoint, covering all records, by `record_teachers`."""
+    owner = record_teachers(records, n_teachers, seed)
+    order = owner.argsort(stable=True)
+    return list(order.split(torch.bincount(owner, minlength=n_teachers).tolist()))
+
+
+def padded_table(partitions: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(T, largest) index table, row t = partition t then padding, and the sizes (T,)."""
+    sizes = torch.tensor([len(p) for p in partitions], dtype=torch.long)
+    table = torch.full((len(partitions), max(int(sizes.max()), 1)), BLANK, dtype=torch.long)
+    table[torch.arange(table.shape[1]).expand_as(table) < sizes[:, None]] = torch.cat(list(partitions))
+    return table, sizes
+
+
+def draw_batches(table: torch.Tensor, sizes: torch.Tensor, batch: int, uniforms: torch.Tensor) -> torch.Tensor:
+    """(T, batch) record indices, row t from row t of `table` (first sizes[t] entries) only.
+
+    `uniforms` (T, batch) in [0, 1), drawn independently of the data: entry (t, j) picks the j-th record of a
+    partial Fisher-Yates shuffle of teacher t's records, so a teacher with n >= batch records gets `batch`
+    distinct ones, with n < batch all n, then again in the same order; n = 0 gives BLANK."""
+    rows = table.clone()
+    for j in range(min(batch, rows.shape[1])):
+        live = (sizes > j).nonzero().squeeze(1)
+        left = sizes[live] - j  # records not yet drawn
+        pick = j + torch.minimum((uniforms[live, j] * left).long(), left - 1)
+        drawn = rows[live, pick]
+        rows[live, pick] = rows[live, j]
+        rows[live, j] = drawn
+    position = torch.arange(batch)[None, :] % sizes.clamp(min=1)[:, None]
+    return rows.gather(1, position).masked_fill_((sizes == 0)[:, None], BLANK)
 
 
 class TeacherBatchSampler:
-    """Yields `(n_teachers, b)` index tensors: row t holds only indices of partition t.
+    """Yields `(n_teachers, b)` index tensors, b = `batch_size`: row t holds only indices of partition t.
 
-    b = min(batch_size, smallest partition). Within an epoch every teacher samples without replacement
-    from its own partition; an epoch is floor(smallest partition / b) batches. All teachers are shuffled
-    together (one argsort of a padded table), never in a Python loop over teachers.
-
-    The shuffle of epoch e is a function of (seed, e) alone. Each pass moves to the next epoch; Lightning also
-    calls `set_epoch` before every epoch, after `resume=` too, so a resumed run sees the batches an
-    uninterrupted run would have seen.
-    """
+    Batch i (counted over the whole run) is a function of (seed, i) and of each teacher's own records
+    (`draw_batches`). An epoch is `len(self)` batches (about one pass over the mean partition; bookkeeping
+    only). Lightning calls `set_epoch` before every epoch, after `resume=` too, so a resumed run sees the
+    batches an uninterrupted run would have seen."""
 
     def __init__(self, partitions: list[torch.Tensor], batch_size: int, seed: int):
-        sizes = torch.tensor([len(p) for p in partitions])
-        smallest = int(sizes.min())
-        self.batch = min(int(batch_size), smallest)
-        self.n_batches = smallest // self.batch
-        width = int(sizes.max())
-        self.table = torch.zeros(len(partitions), width, dtype=torch.long)
-        self.valid = torch.arange(width).expand(len(partitions), width) < sizes[:, None]
-        self.table[self.valid] = torch.cat(list(partitions))
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.table, self.sizes = padded_table(partitions)
+        self.batch = int(batch_size)
+        mean = float(self.sizes.double().mean())
+        self.n_batches = max(1, round(mean / self.batch))
         self.seed, self.epoch = int(seed), 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -54,9 +93,27 @@ class TeacherBatchSampler:
         return self.n_batches
 
     def __iter__(self):
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-        keys = torch.rand(self.table.shape, generator=generator).masked_fill_(~self.valid, 2.0)
-        used = self.n_batches * self.batch  # <= smallest size, so padding (key 2.0, sorted last) is never used
-        epoch = self.table.gather(1, keys.argsort(dim=1)[:, :used])
+        first = self.epoch * self.n_batches
         self.epoch += 1
-        yield from epoch.split(self.batch, dim=1)
+        for i in range(first, first + self.n_batches):
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + i)
+            yield draw_batches(self.table, self.sizes, self.batch, torch.rand(len(self.table), self.batch,
+                                                                              generator=generator))
+
+
+class TeacherRecords(Dataset):
+    """`data` indexed by teacher batches: an index BLANK gives the public blank record (zeros, label 0)."""
+
+    def __init__(self, data):
+        self.data = data
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, idx: torch.Tensor):
+        blank = idx == BLANK
+        x, y = self.data[idx.clamp(min=0)]
+        if blank.any():
+            x, y = x.clone(), y.clone()
+            x[blank], y[blank] = 0, 0
+        return x, y

@@ -21,7 +21,7 @@ from dpgen.privacy.rdp import DEFAULT_ORDERS
 log = logging.getLogger(__name__)
 CLASS_RATIO = "laplace_class_ratio"
 CLASS_PROBS_KEY = "gpate_class_probs"
-CLASS_RATIO_SENSITIVITY = 2.0  # L1 change of a class histogram when one record is replaced by another
+CLASS_RATIO_SENSITIVITY = 1.0  # L1 change of a class histogram when one record is added or removed
 
 
 class GPATE(PrivateGenerator):
@@ -47,7 +47,7 @@ class GPATE(PrivateGenerator):
     `sample_batch_norm = b`: `sample()` and generate.py use the generator's BatchNorm on the statistics of
     batches of b samples, as the reference code generates its released data; None: running statistics."""
 
-    neighbouring = "replace_one"
+    neighbouring = "add_remove"
 
     private_modules = ("ensemble",)  # trained on their own partitions and public inputs only
 
@@ -96,18 +96,17 @@ class GPATE(PrivateGenerator):
         # the ratio again; and before PrivacyBudget's first snapshot (on_train_start), so a rollback keeps it.
         dm = getattr(self.trainer, "datamodule", None)
         if dm is not None and getattr(dm, "n_teachers", 1) == self.n_teachers:
-            self.fake_batch = min(dm.batch_size, min(len(p) for p in dm.partitions))  # the sampler's b
+            self.fake_batch = dm.batch_size  # the teachers' batch b, public (data/partition.py)
         if self.class_ratio_epsilon is not None and self.class_probs is None:
             if dm is None or getattr(dm, "train_data", None) is None:
                 raise ValueError("class_ratio_epsilon needs the training labels: fit with a dpgen datamodule")
             self.release_class_ratio(dm.train_data.y)
 
     def release_class_ratio(self, labels: torch.Tensor) -> None:
-        """G-PATE section 6.2 (Kaggle Credit, step one): class counts + Lap(2 / eps) each. The teachers'
-        partitions hold under replace-one neighbours (docs/PRIVACY.md), and one record replaced by another can
-        move one count down and another up (L1 sensitivity 2), so the histogram is eps-DP (Dwork & Roth 2014,
-        Thm. 3.6), recorded with its exact RDP. Counts are floored at 1 (post-processing) so every class
-        stays possible, then normalised."""
+        """G-PATE section 6.2 (Kaggle Credit, step one): class counts + Lap(1 / eps) each. A record added or
+        removed moves one count by one (L1 sensitivity 1, the relation of every dpgen method: docs/PRIVACY.md),
+        so the histogram is eps-DP (Dwork & Roth 2014, Thm. 3.6), recorded with its exact RDP. Counts are
+        floored at 1 (post-processing) so every class stays possible, then normalised."""
         counts = torch.bincount(labels.long().cpu(), minlength=self.num_classes).double().numpy()
         rng = np.random.default_rng(secret_generator().initial_seed())  # OS entropy (aggregation/noise.py)
         noisy = laplace.release(counts, CLASS_RATIO_SENSITIVITY, self.class_ratio_epsilon, rng)

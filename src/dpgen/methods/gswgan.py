@@ -1,8 +1,9 @@
 """GS-WGAN (Chen, Orekondy & Fritz, NeurIPS 2020): N_D critics on disjoint shards, warm-started
 non-privately; the generator learns only from sanitized gradients of one randomly chosen critic per step.
 
-Data: the method splits `trainer.datamodule.train_data` into N_D disjoint shards itself (a seeded
-permutation, as the reference's indices.npy); the datamodule's loader (n_teachers = 1) only drives steps.
+Data: the method splits `trainer.datamodule.train_data` into N_D disjoint shards itself (a keyed hash of each
+record, `data.partition`, where the reference draws a seeded permutation of positions: so that adding or removing
+a record changes one shard only); the datamodule's loader (n_teachers = 1) only drives steps.
 Critic i only ever sees shard i, its own pretraining generator and the released generator, so one record
 influences one critic: the premise of the accounting in dpgen.privacy.gswgan.
 
@@ -20,6 +21,7 @@ import torch
 
 from dpgen.aggregation.noise import secret_generator
 from dpgen.aggregation.gradient_sanitizer import SanitizerParams, sanitize
+from dpgen.data.partition import TeacherRecords, draw_batches, padded_table, partition_indices
 from dpgen.methods.base import PrivateGenerator, running_stats_kept
 from dpgen.nn.critic import CriticEnsemble
 from dpgen.privacy.gswgan import BOUND_ALIASES, GSWGAN_ORDERS
@@ -36,7 +38,7 @@ class GSWGAN(PrivateGenerator):
     `net_g` (what `generator`, `sample` and the checkpoints release) is the EMA of the trained generator
     `net_train` (decay min(1 - 1/(t+1), 0.999), the reference's exp_mov_avg)."""
 
-    neighbouring = "replace_one"
+    neighbouring = "add_remove"
 
     private_modules = ("critics",)  # trained on their own partitions and public inputs only
 
@@ -62,6 +64,7 @@ class GSWGAN(PrivateGenerator):
         self.ledger = PrivacyLedger(self.orders, aliases=BOUND_ALIASES)
         self.rng = secret_generator()  # choice of critic, batches and sanitizer noise (aggregation/noise.py)
         self.shards: torch.Tensor | None = None
+        self.shard_sizes: torch.Tensor | None = None
         self._step_cost = None
 
     def configure_optimizers(self):
@@ -71,19 +74,16 @@ class GSWGAN(PrivateGenerator):
 
     def setup(self, stage: str) -> None:
         if stage == "fit" and self.shards is None:
-            n = len(self.trainer.datamodule.train_data)
-            if n < self.n_discriminators:
-                raise ValueError(f"{self.n_discriminators} discriminators need at least as many records, got {n}")
-            order = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed))
-            # equal shards (the reference drops the remainder too): a (N_D, n // N_D) index table
-            self.shards = order[: n - n % self.n_discriminators].view(self.n_discriminators, -1)
+            data = self.trainer.datamodule.train_data
+            # a (N_D, largest shard) index table padded with BLANK, and the shard sizes
+            self.shards, self.shard_sizes = padded_table(partition_indices(data.stored, self.n_discriminators, self.seed))
 
     def shard_batch(self, s: int, e: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """A batch drawn without replacement from each of the shards s..e-1: x (e-s, b, *shape), y (e-s, b)."""
-        table = self.shards[s:e]
-        b = min(self.batch_size, table.shape[1])
-        pick = torch.rand(table.shape, generator=self.rng).argsort(dim=1)[:, :b]
-        x, y = self.trainer.datamodule.train_data[table.gather(1, pick)]
+        """`batch_size` records of each of the shards s..e-1 (`draw_batches`; an empty shard gives zeros with label
+        0): x (e-s, b, *shape), y (e-s, b)."""
+        pick = draw_batches(self.shards[s:e], self.shard_sizes[s:e], self.batch_size,
+                            torch.rand(e - s, self.batch_size, generator=self.rng))
+        x, y = TeacherRecords(self.trainer.datamodule.train_data)[pick]
         return x.to(self.device), y.to(self.device)
 
     def on_fit_start(self) -> None:

@@ -50,7 +50,7 @@ class PATETripleGAN(PrivateGenerator):
     sigma1 / sigma2 / threshold: Confident-GNMax; noise_multiplier / max_grad_norm: DP-SGD on classifier
     pairs; accounting: "rdp" (a bound) or "clt" (the paper's asymptotic mu) for the DP-SGD part."""
 
-    neighbouring = "mixed"
+    neighbouring = "add_remove"
 
     private_modules = ("ensemble",)  # trained on their own partitions and public inputs only
 
@@ -115,7 +115,7 @@ class PATETripleGAN(PrivateGenerator):
                              f"{self.partitions_needed()} partitions (method.n_teachers), got {dm.n_teachers}")
         self.data = dm.train_data
         self.labelled = torch.zeros(len(self.data), dtype=torch.bool)
-        self.labelled[torch.cat(dm.partitions[:self.n_teachers])] = True  # data-independent: a seeded split
+        self.labelled[torch.cat(dm.partitions[:self.n_teachers])] = True  # by a keyed hash of each record alone
         self.sample_rate = min(1.0, self.batch_size / len(self.data))  # N is public
 
     def on_train_start(self) -> None:

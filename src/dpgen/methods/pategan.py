@@ -41,7 +41,7 @@ class PATEGAN(PrivateGenerator):
     Optimization"); images: the DCGAN-style conditional nets of G-PATE (appendix E).
     """
 
-    neighbouring = "replace_one"
+    neighbouring = "add_remove"
 
     private_modules = ("ensemble",)  # trained on their own partitions and public inputs only
 

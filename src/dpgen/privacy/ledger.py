@@ -37,13 +37,11 @@ ALL_CONVERSIONS = CONVERSIONS + ("gdp", "pld")
 
 # Which neighbouring data sets a method's guarantee is about (privacy.json "neighbouring"; docs/PRIVACY.md).
 NEIGHBOURING = {
-    "replace_one": "replace-one: one record replaced by another, the number of records N public. Teacher "
-                   "partitions / critic shards are positions of a seeded shuffle and per-teacher batch sizes "
-                   "depend on N only, so a replaced record changes one teacher; removing one would shift them all",
-    "add_remove": "add/remove one record: Opacus' Poisson-subsampled Gaussian (sampling rate batch / N, N treated "
-                  "as public)",
-    "mixed": "not one relation yet: the teacher votes hold under replace-one (labelled partitions are positions of "
-             "a seeded shuffle), the DP-SGD steps are accounted under add/remove",
+    "add_remove": "add/remove one record. Teacher partitions, critic shards and the labelled split are a keyed "
+                  "hash of each record and every per-teacher batch has a fixed size drawn from that teacher's "
+                  "records alone (data/partition.py), so a record added or removed changes one teacher or "
+                  "critic (their number is fixed); DP-SGD steps are Opacus' Poisson-subsampled Gaussian "
+                  "(sampling rate batch / N, N treated as public)",
 }
 
 
