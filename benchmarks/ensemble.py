@@ -1,7 +1,9 @@
 """G-PATE teacher ensemble (MNIST reference teachers, batch 15): speed, memory, and bf16 vs fp32 Adam moments.
 
 python -m benchmarks ensemble [--quick]. Each ensemble size runs in its own process so that its peak RSS is
-its own. The naive loop (one nn.Module + torch.optim.Adam per teacher) is timed on a few teachers and
+its own. Beside each time the process measures the machine's fp32 and bf16 matrix-product rates and counts the
+iteration's floating-point operations (torch.utils.flop_counter), so the achieved GFLOP/s can be read as a
+fraction of what this machine does at that moment. The naive loop (one nn.Module + torch.optim.Adam per teacher) is timed on a few teachers and
 extrapolated; torch.func.vmap is timed on one chunk's gradients against the grouped implementation.
 """
 from __future__ import annotations
@@ -17,6 +19,7 @@ import time
 import torch
 from torch.func import functional_call, grad, vmap
 from torch.nn.functional import binary_cross_entropy_with_logits as bce
+from torch.utils.flop_counter import FlopCounterMode
 
 from dpgen.aggregation.dpgradagg import vote_histograms
 from dpgen.nn.discriminator import ConditionalDiscriminator
@@ -39,6 +42,24 @@ def iteration(ens: TeacherEnsemble, batch) -> float:
     ens.train_step(*batch)
     ens.input_grads(*batch[2:])
     return time.perf_counter() - start
+
+
+def flops_per_teacher(n: int = 4) -> float:
+    """Floating-point operations of one iteration (`iteration`) per teacher, counted on n teachers."""
+    ens = TeacherEnsemble(n, SHAPE, CLASSES, moment_dtype=torch.bfloat16)
+    with FlopCounterMode(display=False) as counter:
+        iteration(ens, data(n, seed=3))
+    return counter.get_total_flops() / n
+
+
+def matmul_gflops(dtype: torch.dtype, size: int = 2048, repeats: int = 10) -> float:
+    """This process's rate of square matrix products in `dtype` (GFLOP/s)."""
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    a @ b
+    start = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    return 2 * size ** 3 * repeats / (time.perf_counter() - start) / 1e9
 
 
 def naive_loop_seconds_per_teacher(k: int = 4) -> float:
@@ -98,18 +119,21 @@ def chunk_grad_seconds(ens: TeacherEnsemble, n: int = 50) -> tuple[float, float]
     return seconds[0], seconds[1]
 
 
-def case(n: int, with_loop: bool) -> dict:
+def case(n: int, with_loop: bool, compute_dtype: str | None = None) -> dict:
     """One ensemble size, in this process: build, iterate, measure."""
     if os.path.exists("/proc/self/oom_score_adj"):  # on a shared machine, be the first to go if memory runs out
         with open("/proc/self/oom_score_adj", "w") as f:
             f.write("1000")
     reuse_freed_memory()  # as the training entry points
     start = time.perf_counter()
-    ens = TeacherEnsemble(n, SHAPE, CLASSES, moment_dtype=torch.bfloat16)
+    ens = TeacherEnsemble(n, SHAPE, CLASSES, moment_dtype=torch.bfloat16, compute_dtype=compute_dtype)
     build = time.perf_counter() - start
     batch = data(n)
     times = [iteration(ens, batch) for _ in range(1 if n >= 4000 else 2)]
-    out = {"teachers": n, "build_s": build, "iteration_s": times[-1], "first_iteration_s": times[0],
+    flops = flops_per_teacher() * n
+    out = {"teachers": n, "compute": compute_dtype or "float32", "build_s": build, "iteration_s": times[-1], "first_iteration_s": times[0],
+           "iteration_gflop": flops / 1e9, "achieved_gflops": flops / times[-1] / 1e9,
+           "fp32_matmul_gflops": matmul_gflops(torch.float32), "bf16_matmul_gflops": matmul_gflops(torch.bfloat16),
            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # before loop / vmap
            "memory_bytes": ens.memory_bytes(BATCH), "load_average": os.getloadavg(),
            "threads": torch.get_num_threads()}
@@ -120,8 +144,9 @@ def case(n: int, with_loop: bool) -> dict:
 
 
 def drift(n: int = 10, steps: int = 100, checkpoints: tuple[int, ...] = (10, 100)) -> dict:
-    """Train n teachers for `steps` iterations three times on the same data stream: fp32 moments, bf16 moments,
-    and fp32 moments from an initialisation perturbed by 1e-7 (relative): the chaos floor of this training.
+    """Train n teachers for `steps` iterations four times on the same data stream: fp32 moments, bf16 moments,
+    fp32 moments from an initialisation perturbed by 1e-7 (relative): the chaos floor of this training, and
+    bf16 passes (`compute_dtype`) with fp32 moments.
     At each checkpoint compare the parameters, the teachers' DPGradAgg votes (k = 10 projections, c = 1e-4,
     B = 10 bins) on a fixed fake batch, and the teachers' accuracy on held-out real / fake batches.
 
@@ -143,8 +168,8 @@ def drift(n: int = 10, steps: int = 100, checkpoints: tuple[int, ...] = (10, 100
     probe_real, probe_fake = samples(probe_y, True), samples(probe_y, False)
     proj = torch.randn(BATCH, 784, 10, generator=g) / 10 ** 0.5
 
-    def run(moment_dtype, perturb):
-        ens = TeacherEnsemble(n, SHAPE, CLASSES, moment_dtype=moment_dtype, seed=0)
+    def run(moment_dtype, perturb, compute_dtype=None):
+        ens = TeacherEnsemble(n, SHAPE, CLASSES, moment_dtype=moment_dtype, compute_dtype=compute_dtype, seed=0)
         if perturb:
             for p in ens.params.buffers():
                 p.mul_(1 + 1e-7 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1)))
@@ -164,8 +189,10 @@ def drift(n: int = 10, steps: int = 100, checkpoints: tuple[int, ...] = (10, 100
 
     base_start, base = run(torch.float32, False)
     result = {"teachers": n, "fp32_accuracy": {s: base[s]["accuracy"] for s in checkpoints}}
-    for name, moment_dtype, perturb in (("bf16", torch.bfloat16, False), ("fp32_perturbed", torch.float32, True)):
-        _, other = run(moment_dtype, perturb)
+    for name, moment_dtype, perturb, compute in (("bf16", torch.bfloat16, False, None),
+                                                 ("fp32_perturbed", torch.float32, True, None),
+                                                 ("bf16_compute", torch.float32, False, torch.bfloat16)):
+        _, other = run(moment_dtype, perturb, compute)
         result[name] = {s: {
             "param_drift_rel": ((other[s]["params"] - base[s]["params"]).norm()
                                 / (base[s]["params"] - base_start).norm()).item(),
@@ -185,13 +212,14 @@ def vote_bins(projected: torch.Tensor, clip: float = 1e-4, bins: int = 10) -> to
 
 def table(rows: list[dict]) -> str:
     loop = rows[0]["loop_s_per_teacher"]
-    lines = ["| teachers | vectorized s/iter | ms/teacher | naive loop s/iter (extrapolated) | speed-up | "
-             "params + Adam GB (memory_bytes) | est. working GB | peak RSS GB |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| teachers | compute | s / iteration | ms / teacher | achieved GFLOP/s | fp32 / bf16 matmul GFLOP/s | "
+             "naive loop s / iteration (extrapolated) | params + Adam GB | est. working GB | peak RSS GB |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         mem, n = r["memory_bytes"], r["teachers"]
-        lines.append(f"| {n} | {r['iteration_s']:.2f} | {1e3 * r['iteration_s'] / n:.2f} | {loop * n:.2f} | "
-                     f"{loop * n / r['iteration_s']:.1f}x | {(mem['parameters'] + mem['optimizer']) / GB:.2f} | "
+        lines.append(f"| {n} | {r['compute']} | {r['iteration_s']:.2f} | {1e3 * r['iteration_s'] / n:.2f} | "
+                     f"{r['achieved_gflops']:.0f} | {r['fp32_matmul_gflops']:.0f} / {r['bf16_matmul_gflops']:.0f} | "
+                     f"{loop * n:.2f} | {(mem['parameters'] + mem['optimizer']) / GB:.2f} | "
                      f"{mem['working'] / GB:.2f} | {r['peak_rss_bytes'] / GB:.2f} |")
     return "\n".join(lines)
 
@@ -199,12 +227,13 @@ def table(rows: list[dict]) -> str:
 def main(quick: bool = False) -> None:
     sizes = (100,) if quick else (100, 1000, 4000)
     rows = []
-    for n in sizes:
-        cmd = [sys.executable, "-m", "benchmarks.ensemble", "--case", str(n)] + (["--loop"] if n == sizes[0] else [])
+    for i, (n, compute) in enumerate([(n, None) for n in sizes] + [(sizes[-1], "bfloat16")]):
+        cmd = [sys.executable, "-m", "benchmarks.ensemble", "--case", str(n)] + (["--loop"] if i == 0 else [])
+        cmd += ["--compute", compute] if compute else []
         rows.append(json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout))
         print(json.dumps(rows[-1]), flush=True)
     r = rows[0]
-    print(f"\nthreads: {r['threads']}; load average {r['load_average'][0]:.1f}; batch {BATCH}; chunk 50; "
+    print(f"\nthreads: {r['threads']}; load average {r['load_average'][0]:.1f}; batch {BATCH}; chunk 15; "
           f"bf16 Adam moments\n\n{table(rows)}\n")
     print(f"gradients of one 50-teacher chunk: grouped {1e3 * r['chunk_grad_grouped_s']:.0f} ms, "
           f"torch.func.vmap {1e3 * r['chunk_grad_vmap_s']:.0f} ms\n")
@@ -215,12 +244,13 @@ def main(quick: bool = False) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--case", type=int, help="run one ensemble size and print its measurements as JSON")
+    parser.add_argument("--compute", help="the teachers' compute_dtype in --case (e.g. bfloat16)")
     parser.add_argument("--loop", action="store_true", help="also time the naive loop and vmap")
     parser.add_argument("--drift", action="store_true", help="only the bf16 vs fp32 moments experiment")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.case:
-        print(json.dumps(case(args.case, args.loop)))
+        print(json.dumps(case(args.case, args.loop, args.compute)))
     elif args.drift:
         print(json.dumps(drift()))
     else:

@@ -27,6 +27,11 @@ def key(name: str) -> str:
     return name.replace(".", "_")
 
 
+def wide(t: torch.Tensor) -> torch.Tensor:
+    """t in at least fp32 (BatchNorm statistics of layers that compute in bfloat16)."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
 class Stacks(nn.Module):
     """Holds stacked (n_teachers, ...) tensors as buffers. Loading copies each one `chunk` teachers at a time
     and, after each chunk, gives back the source's pages if it is a memory-mapped checkpoint: resuming 4000
@@ -66,14 +71,19 @@ class TeacherEnsemble(nn.Module):
 
     `shared_init=True`: every teacher starts from the same (data-independent) random weights, as the reference
     code, which restores one saved initial discriminator into every teacher; False: one draw per teacher.
+
+    `compute_dtype="bfloat16"` (not the paper's numerics, off by default): forward and backward passes run in
+    bfloat16 on rounded copies of the fp32 weights and inputs (BatchNorm statistics in fp32); gradients, Adam
+    and the returned logits and input gradients stay in the parameter dtype.
     """
 
     def __init__(self, n_teachers: int, in_shape: Sequence[int], num_classes: int, *, chunk_size: int = 50,
                  lr: float = 1e-3, betas: tuple[float, float] = (0.5, 0.999), eps: float = 1e-8,
                  moment_dtype: torch.dtype | str = torch.float32, joint_batch_norm: bool = False,
-                 shared_init: bool = False, seed: int = 0, **arch):
+                 shared_init: bool = False, compute_dtype: torch.dtype | str | None = None, seed: int = 0, **arch):
         super().__init__()
         moment_dtype = getattr(torch, moment_dtype) if isinstance(moment_dtype, str) else moment_dtype  # Hydra
+        self.compute_dtype = getattr(torch, compute_dtype) if isinstance(compute_dtype, str) else compute_dtype
         self.n_teachers, self.in_shape, self.num_classes = n_teachers, tuple(in_shape), num_classes
         self.lr, self.betas, self.eps, self.arch = lr, tuple(betas), eps, arch
         # False: real and fake batches normalised apart (two forward calls, as the reference); True: one BatchNorm
@@ -123,6 +133,10 @@ class TeacherEnsemble(nn.Module):
         groups are (batch group, teacher) pairs, so native BatchNorm sees one channel per (group, teacher,
         channel). The label maps concatenated before a conv contribute a per-class constant response
         (`label_map_response`) that is added instead of convolved."""
+        if self.compute_dtype is not None and self.compute_dtype != x.dtype:
+            out_dtype = x.dtype
+            theta = {name: p.to(self.compute_dtype) for name, p in theta.items()}
+            return self.logits(theta, x.to(self.compute_dtype), y, groups).to(out_dtype)
         n, batch = x.shape[:2]
         b = batch // groups
         if self.pool > 1:
@@ -144,9 +158,10 @@ class TeacherEnsemble(nn.Module):
             h = h.view(b, groups, n, -1, *h.shape[-2:]) + labels.permute(2, 1, 0, 3, 4, 5)
             if i > 0:  # one BatchNorm channel per (group, teacher, channel): statistics over (b, H', W')
                 gamma, beta = theta[f"conv_norms.{i - 1}.weight"], theta[f"conv_norms.{i - 1}.bias"]
-                h = F.batch_norm(h.reshape(b, -1, *h.shape[-2:]), None, None,
-                                 gamma.expand(groups, *gamma.shape).reshape(-1),
-                                 beta.expand(groups, *beta.shape).reshape(-1), True, 0.0, self.bn_eps)
+                h = F.batch_norm(wide(h.reshape(b, -1, *h.shape[-2:])), None, None,
+                                 wide(gamma.expand(groups, *gamma.shape).reshape(-1)),
+                                 wide(beta.expand(groups, *beta.shape).reshape(-1)), True, 0.0,
+                                 self.bn_eps).to(h.dtype)
             h = F.leaky_relu(h, self.negative_slope)
         h = h.reshape(b, groups, n, -1).permute(2, 1, 0, 3).reshape(n, batch, -1)
         h = torch.cat([h, onehot], 2)  # (T, B, F + K)
@@ -159,8 +174,8 @@ class TeacherEnsemble(nn.Module):
 
     def batch_norm(self, h: torch.Tensor, dims, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         """BatchNorm on batch statistics (biased variance, as nn.BatchNorm in training mode) over `dims`."""
-        var, mean = torch.var_mean(h, dims, unbiased=False, keepdim=True)
-        return (h - mean) * torch.rsqrt(var + self.bn_eps) * weight + bias
+        var, mean = torch.var_mean(wide(h), dims, unbiased=False, keepdim=True)
+        return ((wide(h) - mean) * torch.rsqrt(var + self.bn_eps) * wide(weight) + wide(bias)).to(h.dtype)
 
     @torch.enable_grad()
     def train_step(self, real_x: torch.Tensor, real_y: torch.Tensor, fake_x: torch.Tensor,
