@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch import distributed as dist
 from torch.nn import functional as F
 
 from dpgen.privacy import laplace
@@ -92,27 +93,41 @@ def projection(n_samples: int, shape, k: int, smooth: int | None, generator=None
     return r.transpose(1, 2)
 
 
-def dp_grad_agg(grads: torch.Tensor, p: DPGradAggParams, orders: np.ndarray, generator=None, shape=None):
+def dp_grad_agg(grads: torch.Tensor, p: DPGradAggParams, orders: np.ndarray, generator=None, shape=None,
+                distributed: bool = False):
     """Algorithm 2 for a batch: grads (teachers, samples, dim) -> (private gradients (samples, dim), Release).
 
     Each sample gets a NEW projection R ~ N(0, 1/k)^(dim x k) (data-independent, so free; smooth directions of
     the sample `shape` with `p.smooth`); each of the k projected coordinates is one Confident-GNMax query;
     unanswered coordinates are 0; the answer is the midpoint of the chosen bin; back-projection is u_priv R^T
     (lines 3-11). Without projection (`proj_dim=None`, Table 4 "N/A") every coordinate of the gradient is a
-    query and R is the identity."""
-    n_teachers, n_samples, dim = grads.shape
+    query and R is the identity.
+
+    `distributed=True` (torch.distributed initialised): `grads` are this process's slice of the teachers. The
+    projection and the noise are drawn by rank 0 alone (from its `generator`) and broadcast; the vote histograms,
+    sums over teachers, are all-reduced exactly; every process returns the same private gradients and Release."""
+    n_local, n_samples, dim = grads.shape
     if shape is not None and int(np.prod(shape)) != dim:
         raise ValueError(f"sample shape {tuple(shape)} does not have the gradients' {dim} coordinates")
+    lead = not distributed or dist.get_rank() == 0
+    n_teachers = n_local if not distributed else int(all_summed(torch.tensor([n_local], device=grads.device)))
     k = p.queries_per_sample(dim)
     if p.proj_dim is None:
         proj = None
-        projected = grads.reshape(n_teachers, n_samples * k)
+        projected = grads.reshape(n_local, n_samples * k)
     else:
-        proj = projection(n_samples, (dim,) if shape is None else shape, k, p.smooth, generator, grads.dtype,
-                          grads.device)
-        projected = torch.einsum("tsd,sdk->tsk", grads, proj).reshape(n_teachers, n_samples * k)
+        proj = (projection(n_samples, (dim,) if shape is None else shape, k, p.smooth, generator, grads.dtype,
+                           grads.device) if lead else torch.empty(n_samples, dim, k, dtype=grads.dtype,
+                                                                   device=grads.device))
+        proj = from_lead(proj, distributed)
+        projected = torch.einsum("tsd,sdk->tsk", grads, proj).reshape(n_local, n_samples * k)
     votes = vote_histograms(projected, p.clip, p.bins)
-    answered, chosen = confident_gnmax(votes, n_teachers, p, generator)
+    votes = all_summed(votes) if distributed else votes
+    if lead:
+        answered, chosen = confident_gnmax(votes, n_teachers, p, generator)
+    else:
+        answered, chosen = (torch.empty(len(votes), dtype=dtype, device=votes.device) for dtype in (torch.bool, torch.long))
+    answered, chosen = from_lead(answered, distributed), from_lead(chosen, distributed)
     width = 2 * p.clip / p.bins
     midpoint = -p.clip + (chosen.to(grads.dtype) + 0.5) * width
     u_priv = torch.where(answered, midpoint, torch.zeros_like(midpoint)).view(n_samples, 1, k)
@@ -122,6 +137,21 @@ def dp_grad_agg(grads: torch.Tensor, p: DPGradAggParams, orders: np.ndarray, gen
                                            answered_np)
     release = Release(votes_np, answered_np, {"data_dependent": dep, "data_independent": indep})
     return private, release
+
+
+def all_summed(t: torch.Tensor) -> torch.Tensor:
+    """The elementwise sum of `t` over all processes (exact for integer counts)."""
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t
+
+
+def from_lead(t: torch.Tensor, distributed: bool) -> torch.Tensor:
+    """Rank 0's `t` on every process (bool tensors travel as uint8)."""
+    if not distributed:
+        return t
+    wire = t.to(torch.uint8) if t.dtype == torch.bool else t.contiguous()
+    dist.broadcast(wire, src=0)
+    return wire.to(t.dtype)
 
 
 def worst_case_rdp(p: DPGradAggParams, n_queries: int, orders: np.ndarray) -> np.ndarray:

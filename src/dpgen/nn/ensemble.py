@@ -71,6 +71,7 @@ class TeacherEnsemble(nn.Module):
 
     `shared_init=True`: every teacher starts from the same (data-independent) random weights, as the reference
     code, which restores one saved initial discriminator into every teacher; False: one draw per teacher.
+    `first`: these n_teachers are teachers first, first + 1, ... of a larger ensemble split over processes.
 
     `compute_dtype="bfloat16"` (not the paper's numerics, off by default): forward and backward passes run in
     bfloat16 on rounded copies of the fp32 weights and inputs (BatchNorm statistics in fp32); gradients, Adam
@@ -80,7 +81,8 @@ class TeacherEnsemble(nn.Module):
     def __init__(self, n_teachers: int, in_shape: Sequence[int], num_classes: int, *, chunk_size: int = 50,
                  lr: float = 1e-3, betas: tuple[float, float] = (0.5, 0.999), eps: float = 1e-8,
                  moment_dtype: torch.dtype | str = torch.float32, joint_batch_norm: bool = False,
-                 shared_init: bool = False, compute_dtype: torch.dtype | str | None = None, seed: int = 0, **arch):
+                 shared_init: bool = False, compute_dtype: torch.dtype | str | None = None, seed: int = 0,
+                 first: int = 0, **arch):
         super().__init__()
         moment_dtype = getattr(torch, moment_dtype) if isinstance(moment_dtype, str) else moment_dtype  # Hydra
         self.compute_dtype = getattr(torch, compute_dtype) if isinstance(compute_dtype, str) else compute_dtype
@@ -99,14 +101,20 @@ class TeacherEnsemble(nn.Module):
         largest = 4 * max(math.prod(shape) for shape in self.shapes.values())
         self.chunk_size = max(1, min(int(chunk_size), MMAP_THRESHOLD_MAX // largest))
         self.params, self.exp_avg, self.exp_avg_sq = (Stacks(self.chunk_size) for _ in range(3))
-        generator = torch.Generator().manual_seed(seed)
         for name, shape in self.shapes.items():
             self.params.register_buffer(key(name), torch.empty(n_teachers, *shape))
-            stack = getattr(self.params, key(name))
-            init_parameter(name, stack[:1] if shared_init else stack, generator)
-            stack[1:] = stack[:1] if shared_init else stack[1:]
             self.exp_avg.register_buffer(key(name), torch.zeros(n_teachers, *shape, dtype=moment_dtype))
             self.exp_avg_sq.register_buffer(key(name), torch.zeros(n_teachers, *shape, dtype=moment_dtype))
+        # teacher first + i of the whole ensemble draws its weights from its own stream, so a slice of the
+        # teachers held by one process (nn/sharded.py) starts as the same teachers of a single process
+        self.first = int(first)
+        for i in range(1 if shared_init else n_teachers):
+            generator = torch.Generator().manual_seed(int(seed) * 1_000_003 + (0 if shared_init else self.first + i))
+            for name in self.shapes:
+                init_parameter(name, getattr(self.params, key(name))[i:i + 1], generator)
+        if shared_init:
+            for stack in self.params.buffers():
+                stack[1:] = stack[:1]
         self.register_buffer("step", torch.zeros((), dtype=torch.int64))
 
     def stacked(self, container: nn.Module, s: int = 0, e: int | None = None) -> dict[str, torch.Tensor]:
