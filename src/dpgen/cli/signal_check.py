@@ -55,6 +55,8 @@ def parse_args(argv: list[str] | None = None):
                    help="teachers see the image average-pooled P x P (method.module.teachers.pool)")
     p.add_argument("--moment-dtype", choices=["bfloat16", "float32"], default="bfloat16",
                    help="dtype of the teachers' Adam moments")
+    p.add_argument("--compute-dtype", choices=["bfloat16", "float32"], default="float32",
+                   help="the teachers' forward and backward passes (TeacherEnsemble compute_dtype)")
     p.add_argument("--z-dim", type=int, default=100)
     p.add_argument("--g-lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
@@ -98,8 +100,8 @@ def main(argv: list[str] | None = None) -> None:
     b = min(a.batch, size)
     arch = {"hidden": a.hidden} | ({"channels": a.channels} if a.channels is not None else {})
     ensemble = TeacherEnsemble(a.teachers, (1, 28, 28), 10, joint_batch_norm=a.joint_batch_norm,
-                               moment_dtype=a.moment_dtype, pool=a.pool, shared_init=a.shared_init,
-                               seed=a.seed, **arch)
+                               moment_dtype=a.moment_dtype, compute_dtype=a.compute_dtype, pool=a.pool,
+                               shared_init=a.shared_init, seed=a.seed, **arch)
     gen = ConditionalImageGenerator((1, 28, 28), 10, z_dim=a.z_dim, init=a.init, align=a.align)
     opt = torch.optim.Adam(gen.parameters(), lr=a.g_lr, betas=(0.5, 0.999))
     agg = DPGradAggParams(clip=a.clip, bins=a.bins, proj_dim=a.proj or None, sigma1=a.sigma1, sigma2=a.sigma2,
