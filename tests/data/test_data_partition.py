@@ -22,6 +22,7 @@ def test_partitions_are_disjoint_and_cover_everything():
     x, y = records(103)
     parts = partition_indices(x, 10, seed=3)
     assert len(parts) == 10 and all(p.dtype == torch.long for p in parts)
+    assert all(torch.equal(record_teachers(x, 10, seed=3)[p], torch.full((len(p),), t)) for t, p in enumerate(parts))
     every = torch.cat(parts)
     assert len(every) == 103 and torch.equal(every.sort().values, torch.arange(103))  # disjoint + covering
 
@@ -82,6 +83,14 @@ def test_other_teachers_batches_do_not_change_when_a_record_is_removed():
             assert torch.equal(a[rest], keep[b[rest]])  # the same records (indices shift by the removal)
 
 
+def test_batches_do_not_depend_on_the_order_records_are_stored_in():
+    x, _ = records(300)
+    shuffled = torch.randperm(300, generator=torch.Generator().manual_seed(9))
+    a = next(iter(TeacherBatchSampler(partition_indices(x, 12, seed=0), 6, seed=1)))
+    b = next(iter(TeacherBatchSampler(partition_indices(x[shuffled], 12, seed=0), 6, seed=1)))
+    assert torch.equal(a, shuffled[b])  # the same records of the same teachers, in the same order
+
+
 def test_sampler_is_a_function_of_seed_and_step_and_resumes():
     x, y = records(90)
     parts = partition_indices(x, 3, seed=0)
@@ -106,7 +115,7 @@ def test_4000_teachers_of_15_records_see_their_whole_partition():
     assert batch.shape == (4000, 15)
     assert torch.equal(owners(parts, 60_000)[batch], torch.arange(4000)[:, None].expand(4000, 15))
     for t in [t for t, p in enumerate(parts) if len(p) == 15][:20]:
-        assert torch.equal(batch[t].sort().values, parts[t])
+        assert torch.equal(batch[t].sort().values, parts[t].sort().values)
 
 
 def test_blank_records_are_public_zeros():

@@ -21,26 +21,34 @@ from torch.utils.data import Dataset
 BLANK = -1  # index of a public blank record (zeros, label 0) in a teacher batch: the teacher has no records
 
 
-def record_teachers(records: torch.Tensor, n_teachers: int, seed: int) -> torch.Tensor:
-    """Teacher of each record: BLAKE2b of its features' bytes, keyed by the seed, modulo n_teachers (int64 (N,)).
-
-    A function of the record and the seed alone: adding or removing a record leaves every other record where
-    it was. Labels are not hashed, so a split that never reads some records' labels (PATE-TripleGAN's
-    unlabelled part) does not read them here either. Partition sizes are Binomial(N, 1 / n_teachers)."""
-    if n_teachers < 1:
-        raise ValueError(f"n_teachers must be >= 1, got {n_teachers}")
+def record_hashes(records: torch.Tensor, seed: int) -> np.ndarray:
+    """BLAKE2b of each record's feature bytes, keyed by the seed: (N,) uint64. Labels are not hashed, so a split
+    that never reads some records' labels (PATE-TripleGAN's unlabelled part) does not read them here either."""
     key = int(seed).to_bytes(16, "little", signed=True)
     rows = records.reshape(len(records), -1).contiguous().numpy().view(np.uint8).reshape(len(records), -1)
     digests = [hashlib.blake2b(row.tobytes(), digest_size=8, key=key).digest() for row in rows]
-    values = np.frombuffer(b"".join(digests), dtype="<u8")
-    return torch.from_numpy((values % np.uint64(n_teachers)).astype(np.int64))
+    return np.frombuffer(b"".join(digests), dtype="<u8")
+
+
+def record_teachers(records: torch.Tensor, n_teachers: int, seed: int) -> torch.Tensor:
+    """Teacher of each record: its keyed hash modulo n_teachers (int64 (N,)). A function of the record and the
+    seed alone: adding or removing a record leaves every other record where it was. Partition sizes are
+    Binomial(N, 1 / n_teachers)."""
+    if n_teachers < 1:
+        raise ValueError(f"n_teachers must be >= 1, got {n_teachers}")
+    return torch.from_numpy((record_hashes(records, seed) % np.uint64(n_teachers)).astype(np.int64))
 
 
 def partition_indices(records: torch.Tensor, n_teachers: int, seed: int) -> list[torch.Tensor]:
-    """Record indices of each teacher (sorted int64 tensors): disjoint, covering all records, by `record_teachers`."""
-    owner = record_teachers(records, n_teachers, seed)
-    order = owner.argsort(stable=True)
-    return list(order.split(torch.bincount(owner, minlength=n_teachers).tolist()))
+    """Record indices of each teacher (int64 tensors): disjoint, covering all records, by `record_teachers`,
+    each in the order of the records' hashes, so that neither the teachers nor their batches depend on the order
+    in which the records are stored."""
+    if n_teachers < 1:
+        raise ValueError(f"n_teachers must be >= 1, got {n_teachers}")
+    hashes = record_hashes(records, seed)
+    owner = hashes % np.uint64(n_teachers)
+    order = torch.from_numpy(np.lexsort((hashes, owner)).astype(np.int64))  # by teacher, then by hash
+    return list(order.split(np.bincount(owner.astype(np.int64), minlength=n_teachers).tolist()))
 
 
 def padded_table(partitions: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
