@@ -19,7 +19,8 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     for stale in path.parent.glob(f".{path.name}.*.tmp"):
-        stale.unlink(missing_ok=True)
+        if stale.name[len(path.name) + 2:-4].isdigit():  # `.<name>.<pid>.tmp`, not another file's (`<name>.rank1`)
+            stale.unlink(missing_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:

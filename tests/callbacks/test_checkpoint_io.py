@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from dpgen.callbacks.checkpoint_io import AtomicCheckpointIO, CheckpointError, load_checkpoint_file
+from dpgen.files import atomic_write_text
 
 # Peak RSS of one checkpoint of a 60-teacher reference ensemble (bf16 moments, ~265 MB), in a fresh process:
 # `extra` is the peak after the save minus the RSS just before it, relative to the ensemble's own bytes.
@@ -67,6 +68,13 @@ def test_failed_write_keeps_the_previous_checkpoint_and_leaves_no_temporary_file
     kept = io.load_checkpoint(path)
     assert kept["step"] == 1 and torch.equal(kept["w"], torch.arange(5.0))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+
+
+def test_a_write_removes_its_own_stale_temporary_files_only(tmp_path):
+    (tmp_path / ".last.ckpt.123.tmp").write_bytes(b"left by a killed writer")
+    (tmp_path / ".last.ckpt.rank1.456.tmp").write_bytes(b"process 1 writing its own file (trainer=ddp)")
+    atomic_write_text(tmp_path / "last.ckpt", "new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".last.ckpt.rank1.456.tmp", "last.ckpt"]
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])

@@ -33,8 +33,9 @@ class ProgressLog(pl.Callback):
         self._last_time, self._last_step = time.monotonic(), trainer.global_step
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if time.monotonic() - self._last_time >= self.every_seconds:
+        if time.monotonic() - self._last_time >= self.every_seconds and trainer.is_global_zero:
             log.info(self.line(trainer))
 
     def on_train_end(self, trainer, pl_module):
-        log.info("training ended, " + self.line(trainer))
+        if trainer.is_global_zero:
+            log.info("training ended, " + self.line(trainer))

@@ -87,17 +87,19 @@ def missing_keys(tree, prefix: str = "") -> list[str]:
     return [prefix[:-1]] if tree == "???" else []
 
 
-def machine(accelerator: str = "cpu") -> str:
-    """What a run ran on, for its results: the GPU's name, or the CPU's model and the threads torch used."""
+def machine(accelerator: str = "cpu", processes: int = 1) -> str:
+    """What a run ran on, for its results: the GPU's name, or the CPU's model and the threads torch used (per
+    process, and how many processes when there were several)."""
     import torch
 
+    times = f"{processes} x " if processes > 1 else ""
     if accelerator in ("gpu", "cuda") and torch.cuda.is_available():
-        return f"GPU: {torch.cuda.get_device_name()}"
+        return f"GPU: {times}{torch.cuda.get_device_name()}"
     model = "unknown CPU"
     if os.path.exists("/proc/cpuinfo"):
         model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                      model)
-    return f"CPU: {model}, {torch.get_num_threads()} threads"
+    return f"CPU: {model}, {times}{torch.get_num_threads()} threads"
 
 
 def command_line(script: str) -> str:

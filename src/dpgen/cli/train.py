@@ -84,17 +84,20 @@ def run(cfg: DictConfig, extra_callbacks: tuple[pl.Callback, ...] = ()) -> dict:
     model = build_method(cfg, dm)
     model.log_private = bool(cfg.log_private_losses)
     callbacks = build_callbacks(cfg, out) + list(extra_callbacks)
-    trainer = pl.Trainer(**cfg.trainer, callbacks=callbacks, logger=build_logger(cfg), default_root_dir=str(out),
-                         plugins=[AtomicCheckpointIO()])
+    trainer = pl.Trainer(**instantiate(cfg.trainer, _convert_="all"), callbacks=callbacks, logger=build_logger(cfg),
+                         default_root_dir=str(out), plugins=[AtomicCheckpointIO()])
     start = time.time()
     trainer.fit(model, datamodule=dm, ckpt_path=cfg.resume)
     wall = time.time() - start
+    if not trainer.is_global_zero:  # trainer=ddp: process 0 writes the run's files
+        return {}
     save_generator(model, dm, cfg, out / "generator.pt")
     # a step rolled back by PrivacyBudget ran (global_step counts it) but is not in the released generator
     discarded = ((model.ledger.stop or {}).get("discarded_steps", 0)) if getattr(model, "ledger", None) else 0
     results = {
         "method": cfg.method.name, "data": cfg.data.name, "command": command_line("train.py"),
-        "machine": machine(cfg.trainer.get("accelerator", "cpu")), "steps": trainer.global_step - discarded,
+        "machine": machine(cfg.trainer.get("accelerator", "cpu"), trainer.world_size),
+        "steps": trainer.global_step - discarded,
         "steps_run": trainer.global_step, "wall_time_s": round(wall, 1), "peak_rss_gb": round(peak_rss_gb(), 2),
         "losses": {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("loss")},
         "privacy": privacy_report(model, cfg),

@@ -9,8 +9,10 @@ import numpy as np
 import torch
 from torch.nn.functional import mse_loss
 
-from dpgen.aggregation.dpgradagg import DPGradAggParams, dp_grad_agg, step_cost
+from dpgen.aggregation.dpgradagg import DPGradAggParams, dp_grad_agg, from_lead, step_cost
 from dpgen.aggregation.noise import secret_generator
+from dpgen.callbacks.checkpoint_io import CheckpointError
+from dpgen.distributed import process_rank, teacher_slice
 from dpgen.methods.base import PrivateGenerator
 from dpgen.nn.ensemble import TeacherEnsemble
 from dpgen.nn.generator import label_matched
@@ -22,6 +24,7 @@ log = logging.getLogger(__name__)
 CLASS_RATIO = "laplace_class_ratio"
 CLASS_PROBS_KEY = "gpate_class_probs"
 CLASS_RATIO_SENSITIVITY = 1.0  # L1 change of a class histogram when one record is added or removed
+PROCESSES_KEY = "gpate_teacher_processes"
 
 
 class GPATE(PrivateGenerator):
@@ -45,7 +48,11 @@ class GPATE(PrivateGenerator):
     every teacher trains against the query batch itself.
 
     `sample_batch_norm = b`: `sample()` and generate.py use the generator's BatchNorm on the statistics of
-    batches of b samples, as the reference code generates its released data; None: running statistics."""
+    batches of b samples, as the reference code generates its released data; None: running statistics.
+
+    Under torchrun (`trainer=ddp`, dpgen/distributed.py) each process holds a contiguous slice of the teachers
+    and votes with it; the fake batch and the privacy noise come from process 0, and every process ends each step
+    with the same generator and ledger."""
 
     neighbouring = "add_remove"
 
@@ -71,7 +78,12 @@ class GPATE(PrivateGenerator):
             log.info("aggregator.smooth and teachers.pool apply to images; ignored for data of shape %s", self.shape)
             self.agg = dataclasses.replace(self.agg, smooth=None)
             teachers["pool"] = 1
-        self.ensemble = TeacherEnsemble(self.n_teachers, self.shape, self.num_classes, seed=seed, **teachers)
+        self.rank, self.world_size = process_rank()
+        first, count = teacher_slice(self.n_teachers, self.rank, self.world_size)
+        self.teacher_rows = slice(first, first + count)  # this process's teachers, rows of every teacher batch
+        self.ensemble = TeacherEnsemble(count, self.shape, self.num_classes, seed=seed, first=first, **teachers)
+        # each process's teachers are its own: DDP neither broadcasts them from process 0 nor compares them
+        self._ddp_params_and_buffers_to_ignore = [f"ensemble.{name}" for name, _ in self.ensemble.named_buffers()]
         self.orders = np.asarray(DEFAULT_ORDERS, dtype=float)
         self.ledger = PrivacyLedger(self.orders)
         self.fake_batch = None  # per-teacher real batch size b: from the datamodule at fit start, else the first batch
@@ -118,19 +130,32 @@ class GPATE(PrivateGenerator):
                                             "scale": CLASS_RATIO_SENSITIVITY / self.class_ratio_epsilon,
                                             "class_probs": [float(p) for p in probs]})
 
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
     def on_save_checkpoint(self, checkpoint):
         checkpoint[CLASS_PROBS_KEY] = None if self.class_probs is None else self.class_probs.tolist()
+        checkpoint[PROCESSES_KEY] = self.world_size
 
     def on_load_checkpoint(self, checkpoint):
+        saved = checkpoint.get(PROCESSES_KEY, 1)
+        if saved != self.world_size:
+            raise CheckpointError(f"this checkpoint holds the teachers of {saved} process(es), one file each; resume "
+                                  f"it with {saved} (torchrun --nproc_per_node), not {self.world_size}")
         if checkpoint.get(CLASS_PROBS_KEY) is not None:
             self.class_probs = torch.as_tensor(checkpoint[CLASS_PROBS_KEY], dtype=torch.float)
 
     def training_step(self, batch, batch_idx):
         real_x, real_y = batch  # (teachers, b, *shape), each row from that teacher's partition only
+        real_x, real_y = real_x[self.teacher_rows], real_y[self.teacher_rows]  # this process's teachers
         b = real_x.shape[1]
         self.fake_batch = b
-        fake_y = self.random_labels(b)  # uniform, or the released noisy class ratio
-        z = self.latent(b)
+        if self.distributed and not torch.distributed.is_initialized():
+            raise RuntimeError(f"the teachers are split over {self.world_size} processes (WORLD_SIZE): train with "
+                               f"trainer=ddp under torchrun")
+        fake_y = from_lead(self.random_labels(b), self.distributed)  # uniform, or the released noisy class ratio
+        z = from_lead(self.latent(b), self.distributed)
         fake = self.net_g(z, fake_y)
         if self.label_matched_fakes:
             d_loss = self.ensemble.train_step(real_x, real_y, label_matched(self.net_g, z, real_y, self.num_classes), real_y)
@@ -141,7 +166,8 @@ class GPATE(PrivateGenerator):
         grads = -self.ensemble.input_grads(fake.detach(), fake_y, real_x, real_y)  # (teachers, b, dim)
         if self.noise is None or self.noise.device != grads.device:
             self.noise = secret_generator(grads.device)
-        private, release = dp_grad_agg(grads, self.agg, self.orders, self.noise, shape=self.shape)
+        private, release = dp_grad_agg(grads, self.agg, self.orders, self.noise, shape=self.shape,
+                                       distributed=self.distributed)
         self.ledger.record("confident_gnmax", release.rdp, count=len(release.answered),
                            params={"sigma1": self.agg.sigma1, "sigma2": self.agg.sigma2,
                                    "threshold": self.agg.threshold * self.n_teachers,

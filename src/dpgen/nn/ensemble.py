@@ -106,7 +106,7 @@ class TeacherEnsemble(nn.Module):
             self.exp_avg.register_buffer(key(name), torch.zeros(n_teachers, *shape, dtype=moment_dtype))
             self.exp_avg_sq.register_buffer(key(name), torch.zeros(n_teachers, *shape, dtype=moment_dtype))
         # teacher first + i of the whole ensemble draws its weights from its own stream, so a slice of the
-        # teachers held by one process (nn/sharded.py) starts as the same teachers of a single process
+        # teachers held by one process (dpgen/distributed.py) starts as the same teachers of a single process
         self.first = int(first)
         for i in range(1 if shared_init else n_teachers):
             generator = torch.Generator().manual_seed(int(seed) * 1_000_003 + (0 if shared_init else self.first + i))

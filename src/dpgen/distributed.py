@@ -1,0 +1,50 @@
+"""G-PATE's teachers split over several processes (`torchrun ... train.py trainer=ddp`): which teachers a process
+holds, and checkpoints with one file per process.
+
+The vote histograms are sums over teachers, so every process votes with its own slice of the teachers and the
+histograms are all-reduced exactly (aggregation/dpgradagg.py); the generator, its fake batch and the privacy
+noise come from process 0 alone."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from lightning.pytorch.strategies import DDPStrategy
+
+
+def process_rank() -> tuple[int, int]:
+    """(rank, world size) of this process as torchrun sets them (RANK, WORLD_SIZE); (0, 1) without torchrun."""
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def teacher_slice(n_teachers: int, rank: int, world_size: int) -> tuple[int, int]:
+    """(first, count): the contiguous teachers process `rank` of `world_size` holds, as even as possible."""
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not one of {world_size} processes")
+    if n_teachers < world_size:
+        raise ValueError(f"{n_teachers} teachers cannot be split over {world_size} processes: use at most "
+                         f"{n_teachers} processes")
+    first, end = rank * n_teachers // world_size, (rank + 1) * n_teachers // world_size
+    return first, end - first
+
+
+def rank_path(path, rank: int) -> str:
+    """The checkpoint file of process `rank`: `path` itself for rank 0, `<path>.rank<r>` for the others."""
+    return str(path) if rank == 0 else f"{path}.rank{rank}"
+
+
+class TeacherShardsDDP(DDPStrategy):
+    """Lightning's DDP in which every process writes, reads and removes its own checkpoint file (`rank_path`):
+    each holds different teachers, so rank 0's file alone cannot resume a run. The generator and the ledger are
+    the same in every file."""
+
+    def save_checkpoint(self, checkpoint, filepath, storage_options=None) -> None:
+        path = rank_path(filepath, self.global_rank)
+        Path(path).parent.mkdir(parents=True, exist_ok=True)  # Lightning makes the folder on process 0 only
+        self.checkpoint_io.save_checkpoint(checkpoint, path, storage_options=storage_options)
+
+    def remove_checkpoint(self, filepath) -> None:
+        self.checkpoint_io.remove_checkpoint(rank_path(filepath, self.global_rank))
+
+    def load_checkpoint(self, checkpoint_path, weights_only=None):
+        return super().load_checkpoint(rank_path(checkpoint_path, self.global_rank), weights_only=weights_only)
