@@ -105,3 +105,14 @@ def test_a_checkpoint_of_two_processes_does_not_resume_in_one(tmp_path):
                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 2
     assert "holds the teachers of 2 process(es)" in result.stdout + result.stderr
+
+
+def test_methods_that_cannot_split_refuse_several_processes(tmp_path):
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+           str(REPO / "train.py"), f"hydra.run.dir={tmp_path / 'run'}", "trainer=ddp", "method=dpgan",
+           "trainer.max_steps=1", "eval=none"]
+    result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode != 0
+    assert "method=dpgan runs in one process" in result.stdout + result.stderr
+    assert not (tmp_path / "run" / "checkpoints").exists()

@@ -17,7 +17,8 @@ from dpgen.callbacks.progress_log import ProgressLog
 from dpgen.callbacks.random_state import RandomState
 from dpgen.callbacks.run_clock import RunClock, peak_rss_gb
 from dpgen.callbacks.sample_grid import SampleGrid
-from dpgen.cli.common import CONF_DIR, check_config, command_line, machine, print_summary, run_job
+from dpgen.cli.common import CONF_DIR, check_config, command_line, fail, machine, print_summary, run_job
+from dpgen.distributed import process_rank
 from dpgen.files import atomic_write_text
 
 
@@ -82,6 +83,9 @@ def run(cfg: DictConfig, extra_callbacks: tuple[pl.Callback, ...] = ()) -> dict:
     dm.prepare_data()
     dm.setup("fit")  # bad data fails here, before any training
     model = build_method(cfg, dm)
+    if process_rank()[1] > 1 and not model.process_split:
+        # every process would train on the same data with its own noise: the noise averages out under DDP
+        fail(f"method={cfg.method.name} runs in one process; only G-PATE splits its teachers over torchrun's processes")
     model.log_private = bool(cfg.log_private_losses)
     callbacks = build_callbacks(cfg, out) + list(extra_callbacks)
     trainer = pl.Trainer(**instantiate(cfg.trainer, _convert_="all"), callbacks=callbacks, logger=build_logger(cfg),

@@ -23,10 +23,12 @@ class PrivateGenerator(pl.LightningModule):
       - `ledger`: the `PrivacyLedger` every private release is written to (None for a non-private method);
       - `step_cost()`: what the next step can cost (privacy/cost.py `StepCost`), or None when unknown;
       - `pld_ready`: True when every release is recorded with a PLD event (privacy.conversion=pld allowed);
-      - `sample(n, labels)`: `(x, y)` synthetic records on the CPU.
+      - `sample(n, labels)`: `(x, y)` synthetic records on the CPU;
+      - `process_split`: True when its private state can be split over torchrun's processes (trainer=ddp).
     """
 
     pld_ready = False
+    process_split = False
     private_modules: tuple[str, ...] = ()
     log_private = False  # train.py sets it from `log_private_losses`
     neighbouring: str | None = None  # a key of privacy.ledger.NEIGHBOURING (private methods)

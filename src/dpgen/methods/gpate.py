@@ -57,6 +57,7 @@ class GPATE(PrivateGenerator):
     neighbouring = "add_remove"
 
     private_modules = ("ensemble",)  # trained on their own partitions and public inputs only
+    process_split = True  # each process its slice of the teachers (dpgen/distributed.py)
 
     def __init__(self, shape, num_classes, kind, n_teachers: int, z_dim: int = 100, lr: float = 1e-3,
                  beta1: float = 0.5, aggregator: dict | None = None, teachers: dict | None = None,
