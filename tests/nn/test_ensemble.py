@@ -218,3 +218,31 @@ def test_bfloat16_compute_follows_fp32_closely_and_keeps_fp32_state():
     # Adam's first step is lr * sign(gradient): bf16 rounding flips the sign only where a gradient is tiny
     differ = (torch.cat(steps[0]) - torch.cat(steps[1])).abs() > 0.25 * 1e-3
     assert differ.float().mean() < 0.1
+
+
+def test_moment_slots_share_adam_state_in_teacher_order_as_the_reference_slots():
+    """moment_slots=S (the signal check's diagnostic of the reference code): teacher t steps with the Adam state
+    of slot t % S, which every earlier teacher of that slot has updated; chunks never straddle a pass."""
+    n, slots, b, shape = 6, 3, 4, (1, 28, 28)
+    ens = TeacherEnsemble(n, shape, 10, chunk_size=2, seed=1, moment_slots=slots).to(torch.float64)
+    assert ens.chunks() == [(0, 2), (2, 3), (3, 5), (5, 6)] and ens.exp_avg.fc_weight.shape[0] == slots
+    modules = [ens.teacher(i) for i in range(n)]
+    slot_modules = [ens.teacher(s) for s in range(slots)]
+    optims = [torch.optim.Adam(m.parameters(), lr=1e-3, betas=(0.5, 0.999)) for m in slot_modules]
+    for step in range(2):
+        real_x, real_y, fake_x, fake_y = batches(n, b, shape, 10, seed=step)
+        ens.train_step(real_x, real_y, fake_x, fake_y)
+        for t in range(n):  # the reference: swap teacher t into its slot, one Adam step there, swap it out
+            slot, opt = slot_modules[t % slots], optims[t % slots]
+            slot.load_state_dict(modules[t].state_dict())
+            real, fake = slot(real_x[t], real_y[t]), slot(fake_x, fake_y)
+            loss = bce(real, torch.ones_like(real)) + bce(fake, torch.zeros_like(fake))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            modules[t].load_state_dict(slot.state_dict())
+        for t, m in enumerate(modules):
+            torch.testing.assert_close(ens.params.convs_0_weight[t], m.convs[0].weight.detach(), rtol=0, atol=1e-10)
+            torch.testing.assert_close(ens.params.out_weight[t], m.out.weight.detach(), rtol=0, atol=1e-10)
+    with pytest.raises(ValueError, match="must divide"):
+        TeacherEnsemble(5, shape, 10, moment_slots=2)

@@ -71,6 +71,8 @@ def parse_args(argv: list[str] | None = None):
     p.add_argument("--label-matched", action="store_true",
                    help="teachers train on fakes drawn with their own real labels (method.module.label_matched_fakes)")
     p.add_argument("--shared-init", action="store_true", help="all teachers start from the same weights")
+    p.add_argument("--moment-slots", type=int, default=None,
+                   help="teachers share Adam moments in this many slots, as the reference code (not private)")
     return p.parse_args(argv)
 
 
@@ -101,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     arch = {"hidden": a.hidden} | ({"channels": a.channels} if a.channels is not None else {})
     ensemble = TeacherEnsemble(a.teachers, (1, 28, 28), 10, joint_batch_norm=a.joint_batch_norm,
                                moment_dtype=a.moment_dtype, compute_dtype=a.compute_dtype, pool=a.pool,
-                               shared_init=a.shared_init, seed=a.seed, **arch)
+                               shared_init=a.shared_init, seed=a.seed, moment_slots=a.moment_slots, **arch)
     gen = ConditionalImageGenerator((1, 28, 28), 10, z_dim=a.z_dim, init=a.init, align=a.align)
     opt = torch.optim.Adam(gen.parameters(), lr=a.g_lr, betas=(0.5, 0.999))
     agg = DPGradAggParams(clip=a.clip, bins=a.bins, proj_dim=a.proj or None, sigma1=a.sigma1, sigma2=a.sigma2,

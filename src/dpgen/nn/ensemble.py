@@ -76,13 +76,18 @@ class TeacherEnsemble(nn.Module):
     `compute_dtype="bfloat16"` (not the paper's numerics, off by default): forward and backward passes run in
     bfloat16 on rounded copies of the fp32 weights and inputs (BatchNorm statistics in fp32); gradients, Adam
     and the returned logits and input gradients stay in the parameter dtype.
+
+    `moment_slots=S` (a diagnostic of the reference code's defect, used by the signal check only, never by a
+    training run): teachers i and j share one pair of Adam moments when i % S == j % S, updated in teacher order
+    with one step count per pass, as the reference's S graph slots through which its teachers are swapped. One
+    record then moves the updates of every teacher of its slot: not differentially private as analysed.
     """
 
     def __init__(self, n_teachers: int, in_shape: Sequence[int], num_classes: int, *, chunk_size: int = 50,
                  lr: float = 1e-3, betas: tuple[float, float] = (0.5, 0.999), eps: float = 1e-8,
                  moment_dtype: torch.dtype | str = torch.float32, joint_batch_norm: bool = False,
                  shared_init: bool = False, compute_dtype: torch.dtype | str | None = None, seed: int = 0,
-                 first: int = 0, **arch):
+                 first: int = 0, moment_slots: int | None = None, **arch):
         super().__init__()
         moment_dtype = getattr(torch, moment_dtype) if isinstance(moment_dtype, str) else moment_dtype  # Hydra
         self.compute_dtype = getattr(torch, compute_dtype) if isinstance(compute_dtype, str) else compute_dtype
@@ -100,11 +105,14 @@ class TeacherEnsemble(nn.Module):
         # blocks the allocator reuses from step to step (dpgen/memory.py): 15 reference MNIST teachers
         largest = 4 * max(math.prod(shape) for shape in self.shapes.values())
         self.chunk_size = max(1, min(int(chunk_size), MMAP_THRESHOLD_MAX // largest))
+        self.slots = n_teachers if moment_slots is None else int(moment_slots)
+        if n_teachers % self.slots or (self.slots != n_teachers and first):
+            raise ValueError(f"moment_slots={moment_slots} must divide the {n_teachers} teachers of one process")
         self.params, self.exp_avg, self.exp_avg_sq = (Stacks(self.chunk_size) for _ in range(3))
         for name, shape in self.shapes.items():
             self.params.register_buffer(key(name), torch.empty(n_teachers, *shape))
-            self.exp_avg.register_buffer(key(name), torch.zeros(n_teachers, *shape, dtype=moment_dtype))
-            self.exp_avg_sq.register_buffer(key(name), torch.zeros(n_teachers, *shape, dtype=moment_dtype))
+            self.exp_avg.register_buffer(key(name), torch.zeros(self.slots, *shape, dtype=moment_dtype))
+            self.exp_avg_sq.register_buffer(key(name), torch.zeros(self.slots, *shape, dtype=moment_dtype))
         # teacher first + i of the whole ensemble draws its weights from its own stream, so a slice of the
         # teachers held by one process (dpgen/distributed.py) starts as the same teachers of a single process
         self.first = int(first)
@@ -130,7 +138,9 @@ class TeacherEnsemble(nn.Module):
         return self.params.fc_weight.device
 
     def chunks(self) -> list[tuple[int, int]]:
-        return [(s, min(s + self.chunk_size, self.n_teachers)) for s in range(0, self.n_teachers, self.chunk_size)]
+        """Teacher ranges [s, e) of at most `chunk_size`, in teacher order, none across a pass of the moment slots."""
+        return [(s, min(s + self.chunk_size, start + self.slots)) for start in range(0, self.n_teachers, self.slots)
+                for s in range(start, start + self.slots, self.chunk_size)]
 
     def logits(self, theta: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
                groups: int = 1) -> torch.Tensor:
@@ -228,14 +238,17 @@ class TeacherEnsemble(nn.Module):
         """torch.optim.Adam (Kingma & Ba 2015, Algorithm 1) on teachers s..e-1: one fused update of all their
         tensors. Moments stored in a lower precision are widened into `wide`, updated, and rounded back."""
         params = list(self.stacked(self.params, s, e).values())
-        m, v = list(self.stacked(self.exp_avg, s, e).values()), list(self.stacked(self.exp_avg_sq, s, e).values())
+        slot, passes = s % self.slots, self.n_teachers // self.slots  # moments of teachers s..e-1 (`moment_slots`)
+        m = list(self.stacked(self.exp_avg, slot, slot + e - s).values())
+        v = list(self.stacked(self.exp_avg_sq, slot, slot + e - s).values())
         m_work, v_work = (m, v) if not wide else (wide[:len(m)], wide[len(m):])
         if wide:
             torch._foreach_copy_(m_work, m)
             torch._foreach_copy_(v_work, v)
         grads = [g.contiguous() for g in grads]  # the fused kernel assumes the parameters' layout
         # one step tensor per parameter (adam() adds 1 to each before using it)
-        steps = [torch.full((), float(self.step - 1), dtype=torch.float32, device=self.device) for _ in params]
+        done = (self.step - 1) * passes + s // self.slots  # updates these moments have taken before
+        steps = [torch.full((), float(done), dtype=torch.float32, device=self.device) for _ in params]
         adam(params, grads, m_work, v_work, [], steps, foreach=False, fused=True, amsgrad=False,
              beta1=self.betas[0], beta2=self.betas[1], lr=self.lr, weight_decay=0.0, eps=self.eps,
              maximize=False, capturable=False, differentiable=False, grad_scale=None, found_inf=None,
