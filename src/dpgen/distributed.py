@@ -7,7 +7,6 @@ noise come from process 0 alone."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from lightning.pytorch.strategies import DDPStrategy
 
@@ -39,9 +38,8 @@ class TeacherShardsDDP(DDPStrategy):
     the same in every file."""
 
     def save_checkpoint(self, checkpoint, filepath, storage_options=None) -> None:
-        path = rank_path(filepath, self.global_rank)
-        Path(path).parent.mkdir(parents=True, exist_ok=True)  # Lightning makes the folder on process 0 only
-        self.checkpoint_io.save_checkpoint(checkpoint, path, storage_options=storage_options)
+        self.checkpoint_io.save_checkpoint(checkpoint, rank_path(filepath, self.global_rank),
+                                           storage_options=storage_options)
 
     def remove_checkpoint(self, filepath) -> None:
         self.checkpoint_io.remove_checkpoint(rank_path(filepath, self.global_rank))

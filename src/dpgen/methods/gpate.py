@@ -79,8 +79,8 @@ class GPATE(PrivateGenerator):
             log.info("aggregator.smooth and teachers.pool apply to images; ignored for data of shape %s", self.shape)
             self.agg = dataclasses.replace(self.agg, smooth=None)
             teachers["pool"] = 1
-        self.rank, self.world_size = process_rank()
-        first, count = teacher_slice(self.n_teachers, self.rank, self.world_size)
+        rank, self.world_size = process_rank()
+        first, count = teacher_slice(self.n_teachers, rank, self.world_size)
         self.teacher_rows = slice(first, first + count)  # this process's teachers, rows of every teacher batch
         self.ensemble = TeacherEnsemble(count, self.shape, self.num_classes, seed=seed, first=first, **teachers)
         # each process's teachers are its own: DDP neither broadcasts them from process 0 nor compares them
