@@ -111,3 +111,11 @@ def test_recipe_channels_set_the_domain_classifiers_width(mnist):
     for bad in ([8], [8, 0], [8.5, 16]):
         with pytest.raises(ValueError, match="two positive integers"):
             full_recipe({"channels": bad})
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_scores_on_a_gpu_equal_those_on_the_cpu(mnist, classifier, tmp_path):
+    test_x, _ = mnist["test"]
+    cpu = image_quality(test_x[:500], test_x[500:], classifier, cache_root=tmp_path / "cpu", device="cpu")
+    gpu = image_quality(test_x[:500], test_x[500:], classifier, cache_root=tmp_path / "gpu", device="cuda")
+    assert gpu["IS"] == pytest.approx(cpu["IS"], rel=1e-3) and gpu["FID"] == pytest.approx(cpu["FID"], rel=1e-3)

@@ -73,7 +73,7 @@ def test_cosine_decays_the_learning_rate_along_the_epochs():
     by_hand = torch.nn.Linear(4, 2)
     by_hand.load_state_dict(scheduled.state_dict())
     train_classifier(torch.nn.Sequential(torch.nn.Flatten(), scheduled), x, y, max_epochs=3, batch_size=16, lr=0.1,
-                     cosine=True)
+                     cosine=True, device="cpu")
     optimizer = torch.optim.Adam(by_hand.parameters(), lr=0.1)
     for factor in (1.0, 0.75, 0.25):  # (1 + cos(pi t / 3)) / 2 for t = 0, 1, 2
         optimizer.param_groups[0]["lr"] = 0.1 * factor

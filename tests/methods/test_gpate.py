@@ -168,7 +168,7 @@ def test_nothing_answered_leaves_the_generator_unchanged_and_still_charges_the_c
     # every threshold check refused: the private gradient is 0, the target equals G(z), the loss and its
     # gradient are 0, and Adam from zero moments moves nothing; each query still pays its threshold check
     def refuse_all(votes, n_teachers, p, generator=None):
-        return torch.zeros(len(votes), dtype=torch.bool), torch.zeros(len(votes), dtype=torch.long)
+        return tuple(torch.zeros(len(votes), dtype=dtype, device=votes.device) for dtype in (torch.bool, torch.long))
 
     monkeypatch.setattr(dpgradagg, "confident_gnmax", refuse_all)
     model = tiny(aggregator={"sigma1": 50.0})

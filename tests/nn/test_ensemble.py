@@ -246,3 +246,22 @@ def test_moment_slots_share_adam_state_in_teacher_order_as_the_reference_slots()
             torch.testing.assert_close(ens.params.out_weight[t], m.out.weight.detach(), rtol=0, atol=1e-10)
     with pytest.raises(ValueError, match="must divide"):
         TeacherEnsemble(5, shape, 10, moment_slots=2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_steps_as_the_cpu_in_one_chunk():
+    """On a GPU the ensemble runs `chunk_size` teachers per chunk, not the CPU's allocator-sized chunks: 40
+    reference MNIST teachers (CPU: chunks of 15) in one CUDA chunk take the same Adam steps and give the same
+    input gradients as on the CPU (float64)."""
+    n, b, shape = 40, 4, (1, 28, 28)
+    cpu = TeacherEnsemble(n, shape, 10, chunk_size=50, seed=1).to(torch.float64)
+    gpu = TeacherEnsemble(n, shape, 10, chunk_size=50, seed=1).to(torch.float64).cuda()
+    assert len(cpu.chunks()) == 3 and gpu.chunks() == [(0, n)]
+    for step in range(2):
+        real_x, real_y, fake_x, fake_y = batches(n, b, shape, 10, seed=step)
+        want = cpu.train_step(real_x, real_y, fake_x, fake_y)
+        got = gpu.train_step(real_x.cuda(), real_y.cuda(), fake_x.cuda(), fake_y.cuda())
+        torch.testing.assert_close(got.cpu(), want, rtol=0, atol=1e-10)
+    torch.testing.assert_close(gpu.params.fc_weight.cpu(), cpu.params.fc_weight, rtol=0, atol=1e-8)
+    torch.testing.assert_close(gpu.input_grads(fake_x.cuda(), fake_y.cuda()).cpu(), cpu.input_grads(fake_x, fake_y),
+                               rtol=0, atol=1e-12)

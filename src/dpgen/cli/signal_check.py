@@ -60,6 +60,8 @@ def parse_args(argv: list[str] | None = None):
     p.add_argument("--z-dim", type=int, default=100)
     p.add_argument("--g-lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", help="torch device of the loop (cpu, cuda)")
+    p.add_argument("--chunk", type=int, default=50, help="teachers per chunk (TeacherEnsemble chunk_size)")
     p.add_argument("--out", default="outputs/gpate_signal_check")
     p.add_argument("--smooth", type=int, default=0,
                    help="S > 0: low-frequency projection directions drawn on an S x S grid "
@@ -92,33 +94,37 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     train, test = MNISTDataModule(download=False).load()
-    x, y = train.x, train.y
-    classifier, _ = domain_classifier_for("mnist", x, y, test.x, test.y, num_classes=10, progress=False)
+    dev = torch.device(a.device)
+    classifier, _ = domain_classifier_for("mnist", train.x, train.y, test.x, test.y, num_classes=10,
+                                          device=dev, progress=False)
+    classifier = classifier.to(dev)
+    x, y = train.x.to(dev), train.y.to(dev)
     # equal disjoint slices of a seeded permutation (a measurement, nothing is released; training hashes records)
     equal = len(x) // a.teachers
     order = torch.randperm(len(x), generator=torch.Generator().manual_seed(a.seed))
     size = min(equal, a.records or equal)
-    parts = order[:a.teachers * equal].view(a.teachers, equal)[:, :size]
+    parts = order[:a.teachers * equal].view(a.teachers, equal)[:, :size].to(dev)
     b = min(a.batch, size)
     arch = {"hidden": a.hidden} | ({"channels": a.channels} if a.channels is not None else {})
     ensemble = TeacherEnsemble(a.teachers, (1, 28, 28), 10, joint_batch_norm=a.joint_batch_norm,
                                moment_dtype=a.moment_dtype, compute_dtype=a.compute_dtype, pool=a.pool,
-                               shared_init=a.shared_init, seed=a.seed, moment_slots=a.moment_slots, **arch)
-    gen = ConditionalImageGenerator((1, 28, 28), 10, z_dim=a.z_dim, init=a.init, align=a.align)
+                               shared_init=a.shared_init, seed=a.seed, moment_slots=a.moment_slots, chunk_size=a.chunk,
+                               **arch).to(dev)
+    gen = ConditionalImageGenerator((1, 28, 28), 10, z_dim=a.z_dim, init=a.init, align=a.align).to(dev)
     opt = torch.optim.Adam(gen.parameters(), lr=a.g_lr, betas=(0.5, 0.999))
     agg = DPGradAggParams(clip=a.clip, bins=a.bins, proj_dim=a.proj or None, sigma1=a.sigma1, sigma2=a.sigma2,
                           threshold=a.threshold, smooth=a.smooth or None)
     orders = np.asarray(DEFAULT_ORDERS, dtype=float)
-    z_fixed, y_fixed = latent(100, a.z_dim), torch.arange(10).repeat(10)
+    z_fixed, y_fixed = latent(100, a.z_dim, device=dev), torch.arange(10, device=dev).repeat(10)
     spent = {"data_dependent": np.zeros_like(orders), "data_independent": np.zeros_like(orders)}
     start = time.time()
     for step in range(1, a.steps + 1):
         for _ in range(a.teacher_steps):  # the last fake batch is the one the teachers are asked about
-            rows = torch.arange(a.teachers)[:, None]
-            idx = parts if b == size else parts[rows, torch.randint(size, (a.teachers, b))]
+            rows = torch.arange(a.teachers, device=dev)[:, None]
+            idx = parts if b == size else parts[rows, torch.randint(size, (a.teachers, b), device=dev)]
             real_x, real_y = x[idx], y[idx]
-            fake_y = torch.randint(0, 10, (b,))
-            z = latent(b, a.z_dim)
+            fake_y = torch.randint(0, 10, (b,), device=dev)
+            z = latent(b, a.z_dim, device=dev)
             fake = gen(z, fake_y)
             if a.label_matched:
                 d_loss = ensemble.train_step(real_x, real_y, label_matched(gen, z, real_y, 10), real_y)
@@ -126,9 +132,10 @@ def main(argv: list[str] | None = None) -> None:
                 d_loss = ensemble.train_step(real_x, real_y, fake.detach(), fake_y)
         grads = -ensemble.input_grads(fake.detach(), fake_y, real_x, real_y)
         # |u|: the teachers' gradients on k Gaussian N(0, 1/k) directions per sample (Algorithm 2's projection)
-        directions = torch.randn(b, grads.shape[2], max(a.proj, 1)) / max(a.proj, 1) ** 0.5
+        directions = torch.randn(b, grads.shape[2], max(a.proj, 1), device=dev) / max(a.proj, 1) ** 0.5
         u = torch.einsum("tbd,bdk->tbk", grads, directions).abs().flatten()
-        q = torch.quantile(u[torch.randperm(len(u))[:100_000]], torch.tensor([0.1, 0.5, 0.9])).tolist()
+        q = torch.quantile(u[torch.randperm(len(u), device=dev)[:100_000]],
+                           torch.tensor([0.1, 0.5, 0.9], device=dev)).tolist()
         stats = {"u_q10_50_90": [float(f"{v:.2g}") for v in q]}
         if a.agg == "mean":
             private = grads.mean(0)

@@ -21,8 +21,9 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 
 @torch.no_grad()
 def predict_logits(model: nn.Module, x: torch.Tensor, *, batch_size: int = 1000, device=None) -> torch.Tensor:
-    """Logits of `model` on `x` in eval mode, on the CPU; the model's train/eval mode is restored."""
-    device = resolve_device(device)
+    """Logits of `model` on `x` in eval mode, returned on the CPU; the model's train/eval mode is restored.
+    `device`: where the model is; None: where its parameters are."""
+    device = next(model.parameters()).device if device is None else torch.device(device)
     was_training = model.training
     model.eval()
     out = [model(x[i : i + batch_size].to(device)).float().cpu() for i in range(0, len(x), batch_size)]

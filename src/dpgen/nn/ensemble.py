@@ -101,10 +101,12 @@ class TeacherEnsemble(nn.Module):
         self.channels, self.negative_slope, self.bn_eps = template.channels, template.negative_slope, template.bn_eps
         self.pool, self.conv_shape = template.pool, template.conv_shape  # what the layers see after pooling
         self.shapes = {name: tuple(p.shape) for name, p in template.named_parameters()}
-        # at most `chunk_size`, and few enough that one chunk's largest gradient (4-byte floats) stays within the
-        # blocks the allocator reuses from step to step (dpgen/memory.py): 15 reference MNIST teachers
+        # on a CPU at most `chunk_size`, and few enough that one chunk's largest gradient (4-byte floats) stays
+        # within the blocks the allocator reuses from step to step (dpgen/memory.py): 15 reference MNIST teachers;
+        # on an accelerator `chunk_size` as asked (`chunk()`)
         largest = 4 * max(math.prod(shape) for shape in self.shapes.values())
         self.chunk_size = max(1, min(int(chunk_size), MMAP_THRESHOLD_MAX // largest))
+        self.accelerator_chunk_size = max(1, int(chunk_size))
         self.slots = n_teachers if moment_slots is None else int(moment_slots)
         if n_teachers % self.slots or (self.slots != n_teachers and first):
             raise ValueError(f"moment_slots={moment_slots} must divide the {n_teachers} teachers of one process")
@@ -137,10 +139,15 @@ class TeacherEnsemble(nn.Module):
     def device(self) -> torch.device:
         return self.params.fc_weight.device
 
+    def chunk(self) -> int:
+        """Teachers per chunk on the ensemble's current device."""
+        return self.chunk_size if self.device.type == "cpu" else self.accelerator_chunk_size
+
     def chunks(self) -> list[tuple[int, int]]:
-        """Teacher ranges [s, e) of at most `chunk_size`, in teacher order, none across a pass of the moment slots."""
-        return [(s, min(s + self.chunk_size, start + self.slots)) for start in range(0, self.n_teachers, self.slots)
-                for s in range(start, start + self.slots, self.chunk_size)]
+        """Teacher ranges [s, e) of at most `chunk()`, in teacher order, none across a pass of the moment slots."""
+        size = self.chunk()
+        return [(s, min(s + size, start + self.slots)) for start in range(0, self.n_teachers, self.slots)
+                for s in range(start, start + self.slots, size)]
 
     def logits(self, theta: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
                groups: int = 1) -> torch.Tensor:
@@ -229,7 +236,7 @@ class TeacherEnsemble(nn.Module):
         """Work tensors for one chunk's moments in the parameter dtype, when they are stored in another."""
         if self.exp_avg.fc_weight.dtype == self.dtype:
             return []
-        n = min(self.chunk_size, self.n_teachers)
+        n = min(self.chunk(), self.n_teachers)
         return [torch.empty(n, *shape, dtype=self.dtype, device=self.device)
                 for _ in range(2) for shape in self.shapes.values()]
 
@@ -330,7 +337,7 @@ class TeacherEnsemble(nn.Module):
         it): 0.65 GB at 200 MNIST teachers, chunk 50, bf16 moments, where this estimates 0.73 GB."""
         def size(container):
             return sum(t.numel() * t.element_size() for t in container.buffers())
-        n = min(self.chunk_size, self.n_teachers)
+        n = min(self.chunk(), self.n_teachers)
         per_teacher = sum(math.prod(shape) for shape in self.shapes.values())
         widened = 0 if self.exp_avg.fc_weight.dtype == self.dtype else 2
         item = torch.finfo(self.dtype).bits // 8
