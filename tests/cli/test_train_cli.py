@@ -189,3 +189,46 @@ def test_the_budget_judges_a_step_before_any_callback_writes_what_it_made(tmp_pa
     budget = next(i for i, cb in enumerate(callbacks) if isinstance(cb, PrivacyBudget))
     writers = [i for i, cb in enumerate(callbacks) if isinstance(cb, (SampleGrid, EvaluationCallback))]
     assert len(writers) >= 2 and budget < min(writers)
+
+
+# train.py whose downstream evaluation dies (as a run killed during its evaluation)
+EVALUATION_DIES = """
+import dpgen.callbacks.downstream as downstream
+def die(self, trainer, pl_module):
+    raise RuntimeError("evaluation died")
+downstream.DownstreamUtility.evaluate = die
+from dpgen.cli.train import main
+main()
+"""
+
+
+def test_a_run_whose_evaluation_dies_keeps_its_generator_privacy_report_and_final_grid(tmp_path):
+    script = tmp_path / "evaluation_dies.py"
+    script.write_text(EVALUATION_DIES)
+    tiny_gpate = ["method=gpate", "method.n_teachers=4", "method.batch_size=4", "method.module.teachers.channels=[4,4]",
+                  "method.module.teachers.hidden=8", "+method.module.generator.fc_dim=32",
+                  "+method.module.generator.start_channels=8", "trainer.max_steps=2", "logger=csv",
+                  "samples.every_n_steps=0", "checkpoint_every_n_steps=0", "progress_log_every_seconds=0",
+                  "~eval.callbacks.image_quality", "data=mnist"]
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    result = subprocess.run([sys.executable, str(script), f"hydra.run.dir={tmp_path / 'run'}", *tiny_gpate],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode != 0 and "evaluation died" in result.stdout + result.stderr
+    run = tmp_path / "run"
+    assert not (run / "metrics.json").exists()  # the evaluation's results were never written
+    assert (run / "generator.pt").is_file() and (run / "samples" / "final.png").is_file()
+    privacy = json.loads((run / "privacy.json").read_text())
+    assert privacy["stop"]["reason"] == "trainer limits reached within the budget" and privacy["epsilon"] > 0
+
+
+def test_a_resumed_run_keeps_the_csv_log_of_its_first_process(tmp_path):
+    first = train(tmp_path, *TINY_GAN, *NARROW_IMAGE_NETS, "data=mnist", "trainer.log_every_n_steps=1")
+    assert first.returncode == 0, first.stderr[-3000:]
+    run = tmp_path / "run"
+    resumed = train(tmp_path, *TINY_GAN, *NARROW_IMAGE_NETS, "data=mnist", "trainer.log_every_n_steps=1",
+                    "trainer.max_steps=5",
+                    f"resume={run / 'checkpoints' / 'last.ckpt'}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    logs = sorted(run.glob("logs/version_*/metrics.csv"))
+    assert [p.parent.name for p in logs] == ["version_0", "version_1"]
+    assert all(len(p.read_text().splitlines()) > 1 for p in logs)

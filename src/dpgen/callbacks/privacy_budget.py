@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-import lightning.pytorch as pl
 import torch
 
+from dpgen.callbacks.release import WritesAtTrainEnd
 from dpgen.files import atomic_write_text
 from dpgen.privacy.ledger import ALL_CONVERSIONS, NEIGHBOURING, PrivacyLedger
 from dpgen.privacy.rdp import check_delta
@@ -23,7 +23,7 @@ class BudgetError(ValueError):
     small for even one step); raised before any training step runs."""
 
 
-class PrivacyBudget(pl.Callback):
+class PrivacyBudget(WritesAtTrainEnd):
     """Stops training at the privacy budget and keeps the last generator within it.
 
     Contract with the LightningModule (dpgen.methods.base.PrivateGenerator):
@@ -56,7 +56,7 @@ class PrivacyBudget(pl.Callback):
         so it ends with the same epsilon as an uninterrupted run. ModelCheckpoint runs after this callback
         (Lightning orders checkpoint callbacks last), so it never saves an over-budget step.
       - the ledger notes why training stopped and how many steps were discarded; privacy.json is written
-        at fit end into trainer.default_root_dir (the run folder).
+        when training ends, before the evaluation callbacks, into trainer.default_root_dir (the run folder).
     """
 
     def __init__(self, epsilon: float, delta: float, bound: str = "data_dependent",
@@ -187,9 +187,9 @@ class PrivacyBudget(pl.Callback):
             self._take_snapshot(trainer, pl_module)
             pl_module.log("epsilon", spent, prog_bar=True)
 
-    def on_fit_end(self, trainer, pl_module):
+    def write_final(self, trainer, pl_module):  # privacy.json, before the evaluation callbacks
         ledger = getattr(pl_module, "ledger", None)
-        if ledger is None or not trainer.is_global_zero:
+        if ledger is None:
             return
         if ledger.stop is None:
             ledger.note_stop("trainer limits reached within the budget", 0)

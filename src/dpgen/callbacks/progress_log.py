@@ -23,11 +23,12 @@ class ProgressLog(pl.Callback):
 
     def line(self, trainer) -> str:
         now, step = time.monotonic(), trainer.global_step
-        pace = (now - self._last_time) / (step - self._last_step) if step > self._last_step else float("nan")
+        # no pace when no step ran since the last line (the end line right after one, a resumed finished run)
+        pace = f"{(now - self._last_time) / (step - self._last_step):.3g} s/step " if step > self._last_step else ""
         self._last_time, self._last_step = now, step
         scalars = " ".join(f"{k}={float(v):.4g}" for k, v in sorted(trainer.callback_metrics.items())
                            if v.numel() == 1)  # Lightning keeps logged values as tensors
-        return f"step {step}: {pace:.3g} s/step {scalars}".rstrip()
+        return f"step {step}: {pace}{scalars}".rstrip()
 
     def on_train_start(self, trainer, pl_module):
         self._last_time, self._last_step = time.monotonic(), trainer.global_step

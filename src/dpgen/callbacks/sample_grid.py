@@ -3,12 +3,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import lightning.pytorch as pl
 import torch
 from torchvision.utils import make_grid, save_image
 
+from dpgen.callbacks.release import WritesAtTrainEnd
 
-class SampleGrid(pl.Callback):
+
+class SampleGrid(WritesAtTrainEnd):
     """Writes `samples/step_XXXXXXX.png` (images) or `.csv` (tables) into `out_dir`, and `final.*` at the end.
 
     The same latent codes are used every time, so grids over training are comparable.
@@ -24,9 +25,8 @@ class SampleGrid(pl.Callback):
         if self.every_n_steps and step % self.every_n_steps == 0 and trainer.is_global_zero:
             self.write(trainer, pl_module, f"step_{step:07d}")
 
-    def on_fit_end(self, trainer, pl_module):
-        if trainer.is_global_zero:
-            self.write(trainer, pl_module, "final")
+    def write_final(self, trainer, pl_module):  # before the evaluation callbacks
+        self.write(trainer, pl_module, "final")
 
     def write(self, trainer, pl_module, stem: str) -> Path:
         self.out_dir.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,7 @@ import copy
 import json
 import time
 from pathlib import Path
+from typing import Callable
 
 import hydra
 import lightning.pytorch as pl
@@ -15,6 +16,7 @@ from dpgen.callbacks.checkpoint_io import AtomicCheckpointIO, atomic_save
 from dpgen.callbacks.privacy_budget import PrivacyBudget
 from dpgen.callbacks.progress_log import ProgressLog
 from dpgen.callbacks.random_state import RandomState
+from dpgen.callbacks.release import Release
 from dpgen.callbacks.run_clock import RunClock, peak_rss_gb
 from dpgen.callbacks.sample_grid import SampleGrid
 from dpgen.cli.common import CONF_DIR, check_config, command_line, fail, machine, print_summary, run_job
@@ -32,7 +34,10 @@ def build_method(cfg: DictConfig, dm):
                        _convert_="all")
 
 
-def build_callbacks(cfg: DictConfig, out: Path) -> list[pl.Callback]:
+def build_callbacks(cfg: DictConfig, out: Path, release: Callable[[pl.LightningModule], None] | None = None
+                    ) -> list[pl.Callback]:
+    """The run's callbacks in hook order: the budget first, then what writes the released step (samples, the
+    generator when training ends: `release`), then the evaluations."""
     callbacks = [
         pl.callbacks.RichProgressBar(),
         pl.callbacks.ModelCheckpoint(dirpath=out / "checkpoints", save_last=True, save_top_k=0,
@@ -48,6 +53,8 @@ def build_callbacks(cfg: DictConfig, out: Path) -> list[pl.Callback]:
         RandomState(),
         RunClock(),
     ]
+    if release is not None:
+        callbacks.append(Release(release))
     for cb in (cfg.eval.get("callbacks") or {}).values():
         callbacks.append(instantiate(cb))
     return callbacks
@@ -87,7 +94,8 @@ def run(cfg: DictConfig, extra_callbacks: tuple[pl.Callback, ...] = ()) -> dict:
         # every process would train on the same data with its own noise: the noise averages out under DDP
         fail(f"method={cfg.method.name} runs in one process; only G-PATE splits its teachers over torchrun's processes")
     model.log_private = bool(cfg.log_private_losses)
-    callbacks = build_callbacks(cfg, out) + list(extra_callbacks)
+    callbacks = build_callbacks(cfg, out, lambda m: save_generator(m, dm, cfg, out / "generator.pt"))
+    callbacks += list(extra_callbacks)
     trainer = pl.Trainer(**instantiate(cfg.trainer, _convert_="all"), callbacks=callbacks, logger=build_logger(cfg),
                          default_root_dir=str(out), plugins=[AtomicCheckpointIO()])
     start = time.time()
@@ -95,7 +103,6 @@ def run(cfg: DictConfig, extra_callbacks: tuple[pl.Callback, ...] = ()) -> dict:
     wall = time.time() - start
     if not trainer.is_global_zero:  # trainer=ddp: process 0 writes the run's files
         return {}
-    save_generator(model, dm, cfg, out / "generator.pt")
     # a step rolled back by PrivacyBudget ran (global_step counts it) but is not in the released generator
     discarded = ((model.ledger.stop or {}).get("discarded_steps", 0)) if getattr(model, "ledger", None) else 0
     results = {
