@@ -79,3 +79,12 @@ def test_results_file_without_a_block_is_a_clear_error(tmp_path):
     (tmp_path / "RESULTS.md").write_text("# Results\n")
     with pytest.raises(ValueError, match="<!-- report -->"):
         main([str(tmp_path / "runs"), "--out", str(tmp_path)])
+
+
+def test_a_resumed_run_shows_its_training_time_over_all_processes_and_their_largest_peak(tmp_path):
+    clock = {"processes": 2, "train_s_total": 4130.9, "peak_rss_gb_earlier_processes": 11.66}
+    fake_run(tmp_path / "runs", "gpate", "mnist", 10.0,
+             {**private(10.0, 0.5, 9.99), "wall_time_s": 1469.1, "peak_rss_gb": 11.29, "run_clock": clock})
+    main([str(tmp_path / "runs")])
+    row = next(line for line in (tmp_path / "runs" / "report.md").read_text().splitlines() if line.startswith("| gpate"))
+    assert "| 1469.1 (last process; training 4131 over 2 processes) | 11.7 |" in row  # 11.66 to 3 digits

@@ -95,13 +95,28 @@ def load_run(path: Path) -> dict:
             "budget": float(budget) if private and budget is not None else math.inf,
             "spent": metrics.get("privacy", {}).get("epsilon", {}), "utility": utility(metrics.get("downstream", {})),
             "IS": quality.get("IS"), "FID": quality.get("FID"), "steps": metrics.get("steps"),
-            "wall_time_s": metrics.get("wall_time_s"), "peak_rss_gb": metrics.get("peak_rss_gb"),
+            "wall_time": wall_time(metrics), "peak_rss_gb": peak_rss(metrics),
             "machine": metrics.get("machine"), "command": command(path, metrics), "grid": final_grid(path),
             "path": path}
 
 
 def number(value, digits: int = 4) -> str:
     return "" if value is None else f"{value:.{digits}g}"
+
+
+def wall_time(metrics: dict) -> str:
+    """The run's wall time; for a resumed run, that of its last process and the training time of all of them."""
+    clock = metrics.get("run_clock") or {}
+    cell = number(metrics.get("wall_time_s"), 5)
+    if clock.get("processes", 1) > 1:
+        cell += f" (last process; training {clock['train_s_total']:.0f} over {clock['processes']} processes)"
+    return cell
+
+
+def peak_rss(metrics: dict) -> float | None:
+    """The largest peak resident memory of the run's processes (GB)."""
+    peaks = [metrics.get("peak_rss_gb"), (metrics.get("run_clock") or {}).get("peak_rss_gb_earlier_processes")]
+    return max((p for p in peaks if p is not None), default=None)
 
 
 def markdown_table(rows: list[dict]) -> str:
@@ -114,7 +129,7 @@ def markdown_table(rows: list[dict]) -> str:
         cells = [row["method"], row["data"], "none (not private)" if math.isinf(row["budget"]) else f"{row['budget']:g}",
                  *(number(row["utility"].get(key)) for key in utilities), number(row["IS"], 3), number(row["FID"]),
                  *(number(row["spent"].get(b), 5) for b in bounds), str(row["steps"] or ""),
-                 number(row["wall_time_s"], 5), number(row["peak_rss_gb"], 3), row["machine"] or "",
+                 row["wall_time"], number(row["peak_rss_gb"], 3), row["machine"] or "",
                  f"`{row['command']}`" if row["command"] else "", f"`{row['path']}`"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
