@@ -3,19 +3,21 @@ before the evaluation callbacks run (they can take longer than a short run's tra
 evaluation leaves the run's released files behind."""
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Callable
 
 import lightning.pytorch as pl
 
 
-class WritesAtTrainEnd(pl.Callback):
+class WritesAtTrainEnd(pl.Callback, ABC):
     """Calls `write_final` on process 0 when training ends; at fit end instead when training never ran (a resumed
     run that had already finished: Lightning then skips the training hooks)."""
 
     _written = False
 
+    @abstractmethod
     def write_final(self, trainer, pl_module) -> None:
-        raise NotImplementedError
+        """Writes this callback's part of the released run (process 0 only)."""
 
     def on_fit_start(self, trainer, pl_module):
         self._written = False
