@@ -40,3 +40,17 @@ def test_mean_aggregation_has_no_privacy_numbers(tmp_path, capsys, untrained_cla
                        "--channels", "4", "8", "--hidden", "8", "--out", str(tmp_path)])
     (line,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert line["step"] == 1 and not any(key.startswith("eps") for key in line)
+
+
+def test_generator_and_teacher_options_reach_the_loop(tmp_path, capsys, untrained_classifier):
+    """--ema adds the averaged generator's label accuracy and grid; --samples sets how many labels are checked."""
+    signal_check.main(["--agg", "mean", "--teachers", "4", "--records", "15", "--batch", "5", "--steps", "2",
+                       "--every", "2", "--channels", "4", "8", "--hidden", "8", "--augment", "2", "--gen-steps", "2",
+                       "--g-beta1", "0.9", "--teacher-lr", "1e-4", "--ema", "0.9", "--samples", "30",
+                       "--out", str(tmp_path)])
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["step"] for line in lines] == [1, 2]
+    assert all(0.0 <= line["label_acc_ema"] <= 1.0 for line in lines)
+    assert all(line["label_acc_eval"] * 30 == pytest.approx(round(line["label_acc_eval"] * 30), abs=1e-4)
+               for line in lines)  # a share of 30 samples
+    assert (tmp_path / "ema_00002.png").exists()

@@ -6,7 +6,7 @@ with the aggregation chosen by --agg: `mean` (the plain mean of the teachers' gr
 bound of what the teachers know) or `dpgradagg` (Algorithm 2 with the given clip / bins / projection / noise;
 sigma1 = sigma2 = 1e-3 is the noise-free limit). Every --every steps it prints, as one JSON line: the teachers'
 loss, the share of answered queries, the mean vote share of the top bin and of the two extreme bins (the
-teachers' consensus), and the label accuracy of 100 samples (10 per class) under the cached MNIST domain
+teachers' consensus), and the label accuracy of --samples samples (100: 10 per class) under the cached MNIST domain
 classifier, with the generator's BatchNorm in eval mode (running statistics, as `sample()`) and in training
 mode (batch statistics, as the reference code generates), and for `dpgradagg` the epsilon spent so far
 (delta = 1e-5, both bounds). Sample grids go to --out.
@@ -47,6 +47,8 @@ def parse_args(argv: list[str] | None = None):
     p.add_argument("--sigma1", type=float, default=1e-3)
     p.add_argument("--sigma2", type=float, default=1e-3)
     p.add_argument("--threshold", type=float, default=0.5, help="T, a fraction of the teachers")
+    p.add_argument("--teacher-lr", type=float, default=1e-3, help="teachers' Adam learning rate")
+    p.add_argument("--augment", type=int, default=0, help="teachers train on images shifted by up to this many pixels")
     p.add_argument("--teacher-steps", type=int, default=1, help="teacher Adam steps per generator step")
     p.add_argument("--channels", type=int, nargs="*", default=None, help="teacher conv channels (default: the reference teacher's)")
     p.add_argument("--hidden", type=int, default=256)
@@ -59,6 +61,12 @@ def parse_args(argv: list[str] | None = None):
                    help="the teachers' forward and backward passes (TeacherEnsemble compute_dtype)")
     p.add_argument("--z-dim", type=int, default=100)
     p.add_argument("--g-lr", type=float, default=1e-3)
+    p.add_argument("--g-beta1", type=float, default=0.5, help="the generator's Adam beta1 (the reference's 0.5)")
+    p.add_argument("--samples", type=int, default=100, help="samples whose labels are checked, a multiple of 10")
+    p.add_argument("--ema", type=float, default=0.0,
+                   help="also check an exponential moving average of the generator's weights with this decay")
+    p.add_argument("--gen-steps", type=int, default=1,
+                   help="generator Adam steps towards one released target G(z) + aggregate (post-processing)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu", help="torch device of the loop (cpu, cuda)")
     p.add_argument("--chunk", type=int, default=50, help="teachers per chunk (TeacherEnsemble chunk_size)")
@@ -106,16 +114,18 @@ def main(argv: list[str] | None = None) -> None:
     parts = order[:a.teachers * equal].view(a.teachers, equal)[:, :size].to(dev)
     b = min(a.batch, size)
     arch = {"hidden": a.hidden} | ({"channels": a.channels} if a.channels is not None else {})
-    ensemble = TeacherEnsemble(a.teachers, (1, 28, 28), 10, joint_batch_norm=a.joint_batch_norm,
+    ensemble = TeacherEnsemble(a.teachers, (1, 28, 28), 10, lr=a.teacher_lr, augment=a.augment, joint_batch_norm=a.joint_batch_norm,
                                moment_dtype=a.moment_dtype, compute_dtype=a.compute_dtype, pool=a.pool,
                                shared_init=a.shared_init, seed=a.seed, moment_slots=a.moment_slots, chunk_size=a.chunk,
                                **arch).to(dev)
     gen = ConditionalImageGenerator((1, 28, 28), 10, z_dim=a.z_dim, init=a.init, align=a.align).to(dev)
-    opt = torch.optim.Adam(gen.parameters(), lr=a.g_lr, betas=(0.5, 0.999))
+    ema = (torch.optim.swa_utils.AveragedModel(gen, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(a.ema),
+                                               use_buffers=True) if a.ema else None)
+    opt = torch.optim.Adam(gen.parameters(), lr=a.g_lr, betas=(a.g_beta1, 0.999))
     agg = DPGradAggParams(clip=a.clip, bins=a.bins, proj_dim=a.proj or None, sigma1=a.sigma1, sigma2=a.sigma2,
                           threshold=a.threshold, smooth=a.smooth or None)
     orders = np.asarray(DEFAULT_ORDERS, dtype=float)
-    z_fixed, y_fixed = latent(100, a.z_dim, device=dev), torch.arange(10, device=dev).repeat(10)
+    z_fixed, y_fixed = latent(a.samples, a.z_dim, device=dev), torch.arange(10, device=dev).repeat(a.samples // 10)
     spent = {"data_dependent": np.zeros_like(orders), "data_independent": np.zeros_like(orders)}
     start = time.time()
     for step in range(1, a.steps + 1):
@@ -147,15 +157,22 @@ def main(argv: list[str] | None = None) -> None:
                 stats[f"eps_{bound}"] = round(eps_from_rdp(spent[bound], orders, 1e-5)[0], 3)
             stats |= {"answered": float(release.answered.mean()), "top_share": float(share.max(1).mean()),
                      "extreme_share": float((share[:, 0] + share[:, -1]).mean())}
-        g_loss = ((fake - (fake + private.view_as(fake)).detach()) ** 2).sum()
-        opt.zero_grad()
-        g_loss.backward()
-        opt.step()
+        target = (fake + private.view_as(fake)).detach()  # equation 2's x_hat, released once
+        for _ in range(a.gen_steps):
+            g_loss = ((gen(z, fake_y) - target) ** 2).sum()
+            opt.zero_grad()
+            g_loss.backward()
+            opt.step()
+        if ema is not None:
+            ema.update_parameters(gen)
         if step % a.every == 0 or step == 1:
             acc_eval, x_eval = label_accuracy(gen, classifier, z_fixed, y_fixed, b, train_mode=False)
             acc_train, x_train = label_accuracy(gen, classifier, z_fixed, y_fixed, b, train_mode=True)
-            save_image(x_eval, out / f"eval_{step:05d}.png", nrow=10)
-            save_image(x_train, out / f"train_{step:05d}.png", nrow=10)
+            if ema is not None:
+                stats["label_acc_ema"], x_ema = label_accuracy(ema.module, classifier, z_fixed, y_fixed, b, train_mode=False)
+                save_image(x_ema[:100], out / f"ema_{step:05d}.png", nrow=10)
+            save_image(x_eval[:100], out / f"eval_{step:05d}.png", nrow=10)
+            save_image(x_train[:100], out / f"train_{step:05d}.png", nrow=10)
             print(json.dumps({"step": step, "teacher_loss": round(float(d_loss.mean()), 4), **stats,
                               "label_acc_eval": acc_eval, "label_acc_train": acc_train,
                               "seconds": round(time.time() - start)}), flush=True)

@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.optim.adam import adam
 
+from dpgen.nn.augment import translate
 from dpgen.files import release_file_pages
 from dpgen.memory import MMAP_THRESHOLD_MAX
 from dpgen.nn.discriminator import ConditionalDiscriminator, init_parameter, label_map_response, pad_same
@@ -77,6 +78,10 @@ class TeacherEnsemble(nn.Module):
     bfloat16 on rounded copies of the fp32 weights and inputs (BatchNorm statistics in fp32); gradients, Adam
     and the returned logits and input gradients stay in the parameter dtype.
 
+    `augment=S`: every teacher trains on its real and fake images each moved by a random shift of up to S pixels
+    (dpgen/nn/augment.py), a teacher-side option beyond the paper; its input gradients are taken on the images
+    as they are.
+
     `moment_slots=S` (a diagnostic of the reference code's defect, used by the signal check only, never by a
     training run): teachers i and j share one pair of Adam moments when i % S == j % S, updated in teacher order
     with one step count per pass, as the reference's S graph slots through which its teachers are swapped. One
@@ -87,7 +92,7 @@ class TeacherEnsemble(nn.Module):
                  lr: float = 1e-3, betas: tuple[float, float] = (0.5, 0.999), eps: float = 1e-8,
                  moment_dtype: torch.dtype | str = torch.float32, joint_batch_norm: bool = False,
                  shared_init: bool = False, compute_dtype: torch.dtype | str | None = None, seed: int = 0,
-                 first: int = 0, moment_slots: int | None = None, **arch):
+                 first: int = 0, moment_slots: int | None = None, augment: int = 0, **arch):
         super().__init__()
         moment_dtype = getattr(torch, moment_dtype) if isinstance(moment_dtype, str) else moment_dtype  # Hydra
         self.compute_dtype = getattr(torch, compute_dtype) if isinstance(compute_dtype, str) else compute_dtype
@@ -96,6 +101,9 @@ class TeacherEnsemble(nn.Module):
         # False: real and fake batches normalised apart (two forward calls, as the reference); True: one BatchNorm
         # batch of [own real, fake], also when taking the fake samples' input gradients
         self.joint_batch_norm = bool(joint_batch_norm)
+        self.augment = int(augment)
+        if self.augment < 0 or (self.augment and len(self.in_shape) != 3):
+            raise ValueError(f"teachers.augment={augment}: a shift in pixels >= 0, for images only (shape {self.in_shape})")
         with torch.device("meta"):
             template = ConditionalDiscriminator(in_shape, num_classes, **arch)
         self.channels, self.negative_slope, self.bn_eps = template.channels, template.negative_slope, template.bn_eps
@@ -223,6 +231,7 @@ class TeacherEnsemble(nn.Module):
             n = e - s
             theta = {name: p.detach().requires_grad_() for name, p in self.stacked(self.params, s, e).items()}
             x = torch.cat([real_x[s:e].to(self.dtype), fake_x.expand(n, *fake_x.shape) if shared else fake_x[s:e]], 1)
+            x = translate(x, self.augment)  # every real and fake image its own shift (DiffAugment's translation)
             y = torch.cat([real_y[s:e], fake_y.expand(n, b) if shared else fake_y[s:e]], 1)
             logit = self.logits(theta, x, y, groups=1 if self.joint_batch_norm else 2)
             loss = F.binary_cross_entropy_with_logits(logit, target.expand_as(logit), reduction="none")
