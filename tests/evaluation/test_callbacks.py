@@ -22,6 +22,10 @@ class RealData(pl.LightningModule):
         self.automatic_optimization = False
         self.weight = nn.Parameter(torch.zeros(1))
         self.x, self.y, self.num_classes = x, y, num_classes
+        self.rolled_back = 0  # steps a privacy budget would have rolled back
+
+    def released_step(self, global_step):
+        return global_step - self.rolled_back
 
     def sample(self, n, labels=None):
         labels = self.y[torch.randint(len(self.y), (n,))] if labels is None else labels
@@ -117,6 +121,16 @@ def test_tabular_downstream_and_rng_untouched():
     key, columns, data, step = trainer.loggers[1].tables[0]  # a logger with tables also gets them as one table
     assert key == "downstream/table" and columns == ["metric", "value"] and step == 7
     assert dict(data) == logged
+
+
+def test_results_name_the_step_of_the_released_generator():
+    """After PrivacyBudget rolled a step back, the generator evaluated at the end is that of the step before; the
+    loggers keep the trainer's step (their steps only grow)."""
+    x, y, dm = separable_table(400, 300)
+    trainer, module = fake_trainer(dm), RealData(x[:300], y[:300], 2)
+    module.rolled_back = 1
+    results = DownstreamUtility(n_samples=200).run(trainer, module)
+    assert results["step"] == 6 and trainer.loggers[0].calls[0][0] == 7
 
 
 def test_image_quality_uses_the_cached_domain_classifier(mnist, classifier, tmp_path):

@@ -63,12 +63,13 @@ class EvaluationCallback(pl.Callback):
     def run(self, trainer, pl_module) -> dict:
         if not trainer.is_global_zero:
             return self.results
-        log.info("%s: evaluating the generator of step %d", self.name, trainer.global_step)
+        step = pl_module.released_step(trainer.global_step)
+        log.info("%s: evaluating the generator of step %d", self.name, step)
         start = time.perf_counter()
         results = self.evaluate(trainer, pl_module)
         log.info("%s: done in %.0f s: %s", self.name, time.perf_counter() - start, flatten(results, self.name))
         if results:
-            self.results = {**results, "step": trainer.global_step}
+            self.results = {**results, "step": step}
             metrics = flatten(results, self.name)
             for logger in trainer.loggers:
                 logger.log_metrics(metrics, step=trainer.global_step)

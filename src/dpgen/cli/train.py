@@ -103,12 +103,10 @@ def run(cfg: DictConfig, extra_callbacks: tuple[pl.Callback, ...] = ()) -> dict:
     wall = time.time() - start
     if not trainer.is_global_zero:  # trainer=ddp: process 0 writes the run's files
         return {}
-    # a step rolled back by PrivacyBudget ran (global_step counts it) but is not in the released generator
-    discarded = ((model.ledger.stop or {}).get("discarded_steps", 0)) if getattr(model, "ledger", None) else 0
     results = {
         "method": cfg.method.name, "data": cfg.data.name, "command": command_line("train.py"),
         "machine": machine(cfg.trainer.get("accelerator", "cpu"), trainer.world_size),
-        "steps": trainer.global_step - discarded,
+        "steps": model.released_step(trainer.global_step),
         "steps_run": trainer.global_step, "wall_time_s": round(wall, 1), "peak_rss_gb": round(peak_rss_gb(), 2),
         "losses": {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("loss")},
         "privacy": privacy_report(model, cfg),

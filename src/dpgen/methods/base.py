@@ -24,6 +24,7 @@ class PrivateGenerator(pl.LightningModule):
       - `step_cost()`: what the next step can cost (privacy/cost.py `StepCost`), or None when unknown;
       - `pld_ready`: True when every release is recorded with a PLD event (privacy.conversion=pld allowed);
       - `sample(n, labels)`: `(x, y)` synthetic records on the CPU;
+      - `released_step(global_step)`: the step of the generator as it stands;
       - `process_split`: True when its private state can be split over torchrun's processes (trainer=ddp).
     """
 
@@ -43,6 +44,10 @@ class PrivateGenerator(pl.LightningModule):
         self.latent_dist = "uniform"  # U(-1, 1) as the reference DCGAN code; subclasses may choose "normal"
         self.sample_batch_norm = None  # b: sample with BatchNorm statistics of batches of b (nn/generator.py)
         self.net_g = self.build_generator(**(generator or {}))
+
+    def released_step(self, global_step: int) -> int:
+        """`global_step` less the steps `PrivacyBudget` rolled back: they ran, but the generator is not theirs."""
+        return global_step - ((self.ledger.stop or {}).get("discarded_steps", 0) if self.ledger is not None else 0)
 
     def build_generator(self, **arch) -> nn.Module:
         if self.kind == "image":
