@@ -166,7 +166,8 @@ def test_classifier_recipe_per_dataset_from_the_eval_config():
 def test_image_quality_skips_tables():
     dm = SimpleNamespace(test_data=SimpleNamespace(x=torch.zeros(10, 3), y=torch.zeros(10)))
     trainer = fake_trainer(dm)
-    assert ImageQuality().run(trainer, None) == {} and trainer.loggers[0].calls == []
+    x, y, _ = separable_table(10, 10)
+    assert ImageQuality().run(trainer, RealData(x, y, 2)) == {} and trainer.loggers[0].calls == []
 
 
 def test_results_reach_a_real_wandb_logger_offline(tmp_path, monkeypatch):
