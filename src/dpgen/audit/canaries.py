@@ -43,8 +43,7 @@ class Canaries(pl.Callback):
         self.step_starts.append(len(self.rows))
 
     def on_fit_end(self, trainer, pl_module) -> None:
-        discarded = (pl_module.ledger.stop or {}).get("discarded_steps", 0)
-        accepted = len(self.step_starts) - discarded
+        accepted = pl_module.released_step(len(self.step_starts))  # an audit run starts at step 0
         end = self.step_starts[accepted] if accepted < len(self.step_starts) else len(self.rows)
         self.scores = torch.stack(self.rows[:end]).sum(0) if end else torch.zeros(self.m)
         self.releases = end

@@ -158,8 +158,8 @@ def main(argv: list[str] | None = None) -> None:
             stats |= {"answered": float(release.answered.mean()), "top_share": float(share.max(1).mean()),
                      "extreme_share": float((share[:, 0] + share[:, -1]).mean())}
         target = (fake + private.view_as(fake)).detach()  # equation 2's x_hat, released once
-        for _ in range(a.gen_steps):
-            g_loss = ((gen(z, fake_y) - target) ** 2).sum()
+        for i in range(a.gen_steps):  # step 0 on the batch already drawn; further ones redraw it
+            g_loss = (((fake if i == 0 else gen(z, fake_y)) - target) ** 2).sum()
             opt.zero_grad()
             g_loss.backward()
             opt.step()

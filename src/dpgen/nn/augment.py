@@ -14,7 +14,7 @@ def translate(x: torch.Tensor, shift: int) -> torch.Tensor:
     pixels moved in from outside are 0 (the background of the image data)."""
     if shift <= 0:
         return x
-    *lead, c, h, w = x.shape
+    c, h, w = x.shape[-3:]
     flat = x.reshape(-1, c, h, w)
     n = len(flat)
     padded = torch.nn.functional.pad(flat, (shift, shift, shift, shift))

@@ -16,9 +16,9 @@ from torch import nn
 from torch.nn import functional as F
 from torch.optim.adam import adam
 
-from dpgen.nn.augment import translate
 from dpgen.files import release_file_pages
 from dpgen.memory import MMAP_THRESHOLD_MAX
+from dpgen.nn.augment import translate
 from dpgen.nn.discriminator import ConditionalDiscriminator, init_parameter, label_map_response, pad_same
 from dpgen.nn.labels import one_hot
 
