@@ -9,6 +9,7 @@ from torch import nn
 
 from dpgen.data.base import DPGenDataModule, TensorData
 from dpgen.methods.dpcgan import DPCGAN
+from dpgen.nn.generator import ConditionalImageGenerator
 from dpgen.privacy.dpsgd import noise_multiplier_of, rdp_subsampled_gaussian
 from dpgen.privacy.rdp import DEFAULT_ORDERS, eps_from_rdp
 from test_dpgan import distance_to_data, fit, tiny
@@ -69,3 +70,16 @@ def test_conv_discriminator_gets_groupnorm_and_trains():
     trainer.fit(model, datamodule=Images(batch_size=8))
     assert trainer.global_step == 2
     assert all(not torch.equal(a, b) for a, b in zip(before, model.net_d.parameters()))
+
+
+def test_conv_generator_is_gpates_and_trains():
+    model = DPCGAN((1, 8, 8), 2, "image", z_dim=8, batch_size=8, generator={"arch": "conv", "fc_dim": 16},
+                   discriminator={"arch": "conv", "hidden": 16})
+    assert isinstance(model.net_g, ConditionalImageGenerator)
+    before = [p.detach().clone() for p in model.net_g.parameters()]
+    trainer = pl.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False)
+    trainer.fit(model, datamodule=Images(batch_size=8))
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.net_g.parameters()))
+    with pytest.raises(ValueError, match="generator arch"):
+        DPCGAN((1, 8, 8), 2, "image", generator={"arch": "mlp"})

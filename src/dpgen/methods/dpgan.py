@@ -87,8 +87,12 @@ class DPSGDGAN(PrivateGenerator):
 
     # nets
 
-    def build_generator(self, **arch) -> nn.Module:
-        return FCGenerator(self.shape, self.num_classes, z_dim=self.z_dim, **arch)
+    def build_generator(self, arch: str = "fc", **kwargs) -> nn.Module:
+        if arch == "fc":
+            return FCGenerator(self.shape, self.num_classes, z_dim=self.z_dim, **kwargs)
+        if arch == "conv":  # G-PATE's conditional deconvolution generator (its appendix E)
+            return super().build_generator(**kwargs)
+        raise ValueError(f"unknown generator arch {arch!r} (fc or conv)")
 
     def build_discriminator(self, arch: str = "fc", **kwargs) -> nn.Module:
         if arch == "fc":
