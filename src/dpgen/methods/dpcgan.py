@@ -19,11 +19,8 @@ class DPCGAN(DPSGDGAN):
                  objective: str = "bce", optimizer_g: dict | None = None, optimizer_d: dict | None = None,
                  generator: dict | None = None, discriminator: dict | None = None, **kwargs):
         fc = {"hidden": (128,), "activation": "relu", "feature_bound": None, "label_every_layer": False}
-        generator, discriminator = dict(generator or {}), dict(discriminator or {})
-        if generator.get("arch", "fc") == "fc":
-            generator = {**fc, **generator}
-        if discriminator.get("arch", "fc") == "fc":
-            discriminator = {**fc, **discriminator}
+        generator, discriminator = (({**fc, **net} if net.get("arch", "fc") == "fc" else net)
+                                    for net in (dict(generator or {}), dict(discriminator or {})))
         super().__init__(shape, num_classes, kind, z_dim=z_dim, batch_size=batch_size,
                          noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm, critic_steps=critic_steps,
                          objective=objective, optimizer_g=optimizer_g or {"name": "adam", "lr": 1e-3},
