@@ -1,6 +1,7 @@
 """G-PATE teacher ensemble (MNIST reference teachers, batch 15): speed, memory, and bf16 vs fp32 Adam moments.
 
-python -m benchmarks ensemble [--quick]. Each ensemble size runs in its own process so that its peak RSS is
+python -m benchmarks ensemble [--quick]; on a GPU `python -m benchmarks.ensemble --gpu 50,500,4000` times 4000
+teachers with each chunk size. Each ensemble size runs in its own process so that its peak RSS is
 its own. Beside each time the process measures the machine's fp32 and bf16 matrix-product rates and counts the
 iteration's floating-point operations (torch.utils.flop_counter), so the achieved GFLOP/s can be read as a
 fraction of what this machine does at that moment. The naive loop (one nn.Module + torch.optim.Adam per teacher) is timed on a few teachers and
@@ -41,7 +42,14 @@ def iteration(ens: TeacherEnsemble, batch) -> float:
     start = time.perf_counter()
     ens.train_step(*batch)
     ens.input_grads(*batch[2:])
+    sync(ens.device.type)
     return time.perf_counter() - start
+
+
+def sync(device: str) -> None:
+    """Wait for the GPU's queued work, so that a wall-clock time covers it."""
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
 def flops_per_teacher(n: int = 4) -> float:
@@ -52,13 +60,15 @@ def flops_per_teacher(n: int = 4) -> float:
     return counter.get_total_flops() / n
 
 
-def matmul_gflops(dtype: torch.dtype, size: int = 2048, repeats: int = 10) -> float:
+def matmul_gflops(dtype: torch.dtype, size: int = 2048, repeats: int = 10, device: str = "cpu") -> float:
     """This process's rate of square matrix products in `dtype` (GFLOP/s)."""
-    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    a, b = (torch.randn(size, size, dtype=dtype, device=device) for _ in range(2))
     a @ b
+    sync(device)
     start = time.perf_counter()
     for _ in range(repeats):
         a @ b
+    sync(device)
     return 2 * size ** 3 * repeats / (time.perf_counter() - start) / 1e9
 
 
@@ -119,24 +129,29 @@ def chunk_grad_seconds(ens: TeacherEnsemble, n: int = 50) -> tuple[float, float]
     return seconds[0], seconds[1]
 
 
-def case(n: int, with_loop: bool, compute_dtype: str | None = None) -> dict:
-    """One ensemble size, in this process: build, iterate, measure."""
+def case(n: int, with_loop: bool, compute_dtype: str | None = None, device: str = "cpu", chunk: int = 50) -> dict:
+    """One ensemble size, in this process: build, iterate, measure (`chunk` teachers at a time on a GPU)."""
     if os.path.exists("/proc/self/oom_score_adj"):  # on a shared machine, be the first to go if memory runs out
         with open("/proc/self/oom_score_adj", "w") as f:
             f.write("1000")
     reuse_freed_memory()  # as the training entry points
     start = time.perf_counter()
-    ens = TeacherEnsemble(n, SHAPE, CLASSES, moment_dtype=torch.bfloat16, compute_dtype=compute_dtype)
+    ens = TeacherEnsemble(n, SHAPE, CLASSES, moment_dtype=torch.bfloat16, compute_dtype=compute_dtype,
+                          chunk_size=chunk).to(device)
     build = time.perf_counter() - start
-    batch = data(n)
-    times = [iteration(ens, batch) for _ in range(1 if n >= 4000 else 2)]
+    batch = [t.to(device) for t in data(n)]
+    times = [iteration(ens, batch) for _ in range(1 if n >= 4000 and device == "cpu" else 3)]
     flops = flops_per_teacher() * n
-    out = {"teachers": n, "compute": compute_dtype or "float32", "build_s": build, "iteration_s": times[-1], "first_iteration_s": times[0],
+    out = {"teachers": n, "device": device, "chunk": ens.chunk(), "compute": compute_dtype or "float32",
+           "build_s": build, "iteration_s": times[-1], "first_iteration_s": times[0],
            "iteration_gflop": flops / 1e9, "achieved_gflops": flops / times[-1] / 1e9,
-           "fp32_matmul_gflops": matmul_gflops(torch.float32), "bf16_matmul_gflops": matmul_gflops(torch.bfloat16),
+           "fp32_matmul_gflops": matmul_gflops(torch.float32, device=device),
+           "bf16_matmul_gflops": matmul_gflops(torch.bfloat16, device=device),
            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # before loop / vmap
            "memory_bytes": ens.memory_bytes(BATCH), "load_average": os.getloadavg(),
            "threads": torch.get_num_threads()}
+    if device == "cuda":
+        out["peak_gpu_bytes"] = torch.cuda.max_memory_allocated()
     if with_loop:
         out["loop_s_per_teacher"] = naive_loop_seconds_per_teacher()
         out["chunk_grad_grouped_s"], out["chunk_grad_vmap_s"] = chunk_grad_seconds(ens)
@@ -224,6 +239,16 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def gpu(chunks: list[int], n: int = 4000) -> None:
+    """4000 teachers on a CUDA device, one process per chunk size: how many teachers to run at a time there."""
+    print("| teachers per chunk | s / iteration | first iteration s | achieved GFLOP/s | peak GPU GB |\n|---:|---:|---:|---:|---:|")
+    for chunk in chunks:
+        cmd = [sys.executable, "-m", "benchmarks.ensemble", "--case", str(n), "--device", "cuda", "--chunk", str(chunk)]
+        r = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+        print(f"| {r['chunk']} | {r['iteration_s']:.3f} | {r['first_iteration_s']:.2f} | {r['achieved_gflops']:.0f} | "
+              f"{r['peak_gpu_bytes'] / GB:.1f} |", flush=True)
+
+
 def main(quick: bool = False) -> None:
     sizes = (100,) if quick else (100, 1000, 4000)
     rows = []
@@ -249,9 +274,14 @@ if __name__ == "__main__":
     parser.add_argument("--loop", action="store_true", help="also time the naive loop and vmap")
     parser.add_argument("--drift", action="store_true", help="only the bf16 vs fp32 moments experiment")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--device", default="cpu", help="in --case: cpu or cuda")
+    parser.add_argument("--chunk", type=int, default=50, help="in --case: teachers per chunk on a GPU")
+    parser.add_argument("--gpu", help="comma-separated chunk sizes: time 4000 teachers on CUDA with each")
     args = parser.parse_args()
     if args.case:
-        print(json.dumps(case(args.case, args.loop, args.compute)))
+        print(json.dumps(case(args.case, args.loop, args.compute, args.device, args.chunk)))
+    elif args.gpu:
+        gpu([int(c) for c in args.gpu.split(",")])
     elif args.drift:
         print(json.dumps(drift()))
     else:
