@@ -239,12 +239,17 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def run_case(n: int, *flags: str) -> dict:
+    """`case` for n teachers in its own process (so that its peak memory is its own), with these flags."""
+    cmd = [sys.executable, "-m", "benchmarks.ensemble", "--case", str(n), *flags]
+    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+
+
 def gpu(chunks: list[int], n: int = 4000) -> None:
     """4000 teachers on a CUDA device, one process per chunk size: how many teachers to run at a time there."""
     print("| teachers per chunk | s / iteration | first iteration s | achieved GFLOP/s | peak GPU GB |\n|---:|---:|---:|---:|---:|")
     for chunk in chunks:
-        cmd = [sys.executable, "-m", "benchmarks.ensemble", "--case", str(n), "--device", "cuda", "--chunk", str(chunk)]
-        r = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+        r = run_case(n, "--device", "cuda", "--chunk", str(chunk))
         print(f"| {r['chunk']} | {r['iteration_s']:.3f} | {r['first_iteration_s']:.2f} | {r['achieved_gflops']:.0f} | "
               f"{r['peak_gpu_bytes'] / GB:.1f} |", flush=True)
 
@@ -254,9 +259,7 @@ def main(quick: bool = False) -> None:
     rows = []
     bf16_sizes = sizes[-2:]  # bf16 compute beside fp32 at the sizes of the speed goal (1000 and 4000 teachers)
     for i, (n, compute) in enumerate([(n, None) for n in sizes] + [(n, "bfloat16") for n in bf16_sizes]):
-        cmd = [sys.executable, "-m", "benchmarks.ensemble", "--case", str(n)] + (["--loop"] if i == 0 else [])
-        cmd += ["--compute", compute] if compute else []
-        rows.append(json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout))
+        rows.append(run_case(n, *(["--loop"] if i == 0 else []), *(["--compute", compute] if compute else [])))
         print(json.dumps(rows[-1]), flush=True)
     r = rows[0]
     print(f"\nthreads: {r['threads']}; load average {r['load_average'][0]:.1f}; batch {BATCH}; chunk 15; "
