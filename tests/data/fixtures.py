@@ -6,7 +6,10 @@ import gzip
 from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image
+
+from dpgen.data.errors import DataNotFoundError
 
 CELEBA_ATTRIBUTES = (
     "5_o_Clock_Shadow Arched_Eyebrows Attractive Bags_Under_Eyes Bald Bangs Big_Lips Big_Nose Black_Hair "
@@ -89,3 +92,13 @@ def write_image_folder(folder: Path, size: tuple[int, int] = (28, 28), per_class
     """<folder>/<class>/<k>.png, all of `size` (height, width): a smaller form of `image_folder`."""
     image_folder(folder, {c: [tuple(size)] * per_class for c in classes})
     return folder
+
+
+def installed_or_skip(datamodule_class, root: Path):
+    """The datamodule set up from this machine's local install (`root`: a folder without the data), else skip."""
+    dm = datamodule_class(root=str(root), download=False)
+    try:
+        dm.setup()
+    except DataNotFoundError:
+        pytest.skip(f"{datamodule_class.__name__}: no local install on this machine")
+    return dm

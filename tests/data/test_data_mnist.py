@@ -8,6 +8,7 @@ import torch
 from dpgen.data import sources
 from dpgen.data.errors import ChecksumError, DataFormatError, DataNotFoundError
 from dpgen.data.mnist import FashionMNISTDataModule, MNISTDataModule
+from fixtures import installed_or_skip
 
 
 def fake_idx_folder(folder, write_idx):
@@ -68,11 +69,7 @@ def test_idx_reader_rejects_other_files(tmp_path):
 @pytest.mark.parametrize("cls, first_train, first_test", [(MNISTDataModule, [5, 0, 4], [7, 2, 1]),
                                                           (FashionMNISTDataModule, [9, 0, 0], [9, 2, 1])])
 def test_real_dataset_on_disk(cls, first_train, first_test, tmp_path):
-    dm = cls(root=str(tmp_path), download=False)  # empty root: the local install must be found
-    try:
-        dm.setup()
-    except DataNotFoundError:
-        pytest.skip(f"{cls.__name__}: no local install on this machine")
+    dm = installed_or_skip(cls, tmp_path)  # empty root: the local install must be found
     assert (len(dm.train_data), len(dm.test_data)) == (60000, 10000)
     assert dm.train_data.x.shape[1:] == dm.shape == (1, 28, 28) and dm.train_data.x.dtype == torch.float32
     for data, first in ((dm.train_data, first_train), (dm.test_data, first_test)):
