@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from PIL import Image
 
@@ -24,6 +25,11 @@ REPO = Path(__file__).resolve().parents[2]
 TINY_GAN = ["method=gan", "method.batch_size=8", "trainer.max_steps=3", "eval=none", "logger=csv",
             "samples.every_n_steps=2", "checkpoint_every_n_steps=2", "progress_log_every_seconds=0"]
 NARROW_IMAGE_NETS = ["+method.module.generator.fc_dim=32", "+method.module.generator.start_channels=8"]
+# G-PATE with 4 tiny teachers, 2 steps and the downstream evaluation only
+TINY_GPATE = ["method=gpate", "method.n_teachers=4", "method.batch_size=4", "method.module.teachers.channels=[4,4]",
+              "method.module.teachers.hidden=8", *NARROW_IMAGE_NETS, "trainer.max_steps=2", "logger=csv",
+              "samples.every_n_steps=0", "checkpoint_every_n_steps=0", "progress_log_every_seconds=0",
+              "~eval.callbacks.image_quality", "data=mnist"]
 
 
 def train(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
@@ -207,13 +213,8 @@ main()
 def test_a_run_whose_evaluation_dies_keeps_its_generator_privacy_report_and_final_grid(tmp_path):
     script = tmp_path / "evaluation_dies.py"
     script.write_text(EVALUATION_DIES)
-    tiny_gpate = ["method=gpate", "method.n_teachers=4", "method.batch_size=4", "method.module.teachers.channels=[4,4]",
-                  "method.module.teachers.hidden=8", "+method.module.generator.fc_dim=32",
-                  "+method.module.generator.start_channels=8", "trainer.max_steps=2", "logger=csv",
-                  "samples.every_n_steps=0", "checkpoint_every_n_steps=0", "progress_log_every_seconds=0",
-                  "~eval.callbacks.image_quality", "data=mnist"]
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
-    result = subprocess.run([sys.executable, str(script), f"hydra.run.dir={tmp_path / 'run'}", *tiny_gpate],
+    result = subprocess.run([sys.executable, str(script), f"hydra.run.dir={tmp_path / 'run'}", *TINY_GPATE],
                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode != 0 and "evaluation died" in result.stdout + result.stderr
     run = tmp_path / "run"
@@ -221,6 +222,31 @@ def test_a_run_whose_evaluation_dies_keeps_its_generator_privacy_report_and_fina
     assert (run / "generator.pt").is_file() and (run / "samples" / "final.png").is_file()
     privacy = json.loads((run / "privacy.json").read_text())
     assert privacy["stop"]["reason"] == "trainer limits reached within the budget" and privacy["epsilon"] > 0
+
+
+# train.py whose downstream evaluation reports what the model still holds when it runs
+EVALUATION_REPORTS_TEACHERS = """
+import dpgen.callbacks.downstream as downstream
+def report(self, trainer, pl_module):
+    return {"teachers_held": float(pl_module.ensemble is not None)}
+downstream.DownstreamUtility.evaluate = report
+from dpgen.cli.train import main
+main()
+"""
+
+
+def test_the_teachers_are_checkpointed_then_freed_before_the_evaluation(tmp_path):
+    script = tmp_path / "evaluation_reports.py"
+    script.write_text(EVALUATION_REPORTS_TEACHERS)
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    # checkpoint_every_n_steps=0 (TINY_GPATE): the only checkpoint is the one written when training ends
+    result = subprocess.run([sys.executable, str(script), f"hydra.run.dir={tmp_path / 'run'}", *TINY_GPATE],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run = tmp_path / "run"
+    assert json.loads((run / "metrics.json").read_text())["downstream"]["teachers_held"] == 0.0
+    state = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert state["global_step"] == 2 and state["state_dict"]["ensemble.params.fc_weight"].shape[0] == 4
 
 
 def test_a_resumed_run_keeps_the_csv_log_of_its_first_process(tmp_path):

@@ -3,6 +3,7 @@ before the evaluation callbacks run (they can take longer than a short run's tra
 evaluation leaves the run's released files behind."""
 from __future__ import annotations
 
+import gc
 from abc import ABC, abstractmethod
 from typing import Callable
 
@@ -44,3 +45,18 @@ class Release(WritesAtTrainEnd):
 
     def write_final(self, trainer, pl_module) -> None:
         self.save(pl_module)
+
+
+class FreePrivateModules(pl.Callback):
+    """When training ends, after `Release` and before the evaluation callbacks: writes the final checkpoint if
+    none was written yet (ModelCheckpoint's save-last at train end, brought ahead of the evaluation), then drops
+    the method's `private_modules` (G-PATE's and PATE-GAN's teacher ensembles, GS-WGAN's critics). Evaluation
+    samples the generator only, and a 4000-teacher G-PATE ensemble (17.8 GB) would otherwise stay in memory
+    through it. After this hook those attributes are None; the checkpoints hold them."""
+
+    def on_train_end(self, trainer, pl_module):
+        for checkpoint in trainer.checkpoint_callbacks:
+            checkpoint.on_train_end(trainer, pl_module)  # a no-op where it has saved already
+        for name in getattr(pl_module, "private_modules", ()):
+            setattr(pl_module, name, None)
+        gc.collect()

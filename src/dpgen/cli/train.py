@@ -16,7 +16,7 @@ from dpgen.callbacks.checkpoint_io import AtomicCheckpointIO, atomic_save
 from dpgen.callbacks.privacy_budget import PrivacyBudget
 from dpgen.callbacks.progress_log import ProgressLog
 from dpgen.callbacks.random_state import RandomState
-from dpgen.callbacks.release import Release
+from dpgen.callbacks.release import FreePrivateModules, Release
 from dpgen.callbacks.run_clock import RunClock, peak_rss_gb
 from dpgen.callbacks.sample_grid import SampleGrid
 from dpgen.cli.common import CONF_DIR, check_config, command_line, fail, machine, print_summary, run_job
@@ -37,7 +37,7 @@ def build_method(cfg: DictConfig, dm):
 def build_callbacks(cfg: DictConfig, out: Path, release: Callable[[pl.LightningModule], None] | None = None
                     ) -> list[pl.Callback]:
     """The run's callbacks in hook order: the budget first, then what writes the released step (samples, the
-    generator when training ends: `release`), then the evaluations."""
+    generator when training ends: `release`), the teachers' memory given back, then the evaluations."""
     callbacks = [
         pl.callbacks.RichProgressBar(),
         pl.callbacks.ModelCheckpoint(dirpath=out / "checkpoints", save_last=True, save_top_k=0,
@@ -55,6 +55,7 @@ def build_callbacks(cfg: DictConfig, out: Path, release: Callable[[pl.LightningM
     ]
     if release is not None:
         callbacks.append(Release(release))
+    callbacks.append(FreePrivateModules())  # before the evaluations, which sample the generator only
     for cb in (cfg.eval.get("callbacks") or {}).values():
         callbacks.append(instantiate(cb))
     return callbacks

@@ -164,7 +164,7 @@ class GPATE(PrivateGenerator):
             d_loss = self.ensemble.train_step(real_x, real_y, fake.detach(), fake_y)
         # Delta x = dL_D/dx (equation 1): minus the gradient of the generator loss BCE(D(x), 1), i.e. the
         # direction that makes the fake look more real to each teacher (the reference negates it too).
-        grads = -self.ensemble.input_grads(fake.detach(), fake_y, real_x, real_y)  # (teachers, b, dim)
+        grads = self.ensemble.input_grads(fake.detach(), fake_y, real_x, real_y).neg_()  # (teachers, b, dim)
         if self.noise is None or self.noise.device != grads.device:
             self.noise = secret_generator(grads.device)
         private, release = dp_grad_agg(grads, self.agg, self.orders, self.noise, shape=self.shape,
