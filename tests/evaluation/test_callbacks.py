@@ -163,6 +163,20 @@ def test_classifier_recipe_per_dataset_from_the_eval_config():
         ImageQuality(classifier_recipes={"mnist": {"epcohs": 7}})
 
 
+def test_the_reference_evaluation_script_as_an_eval_config():
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from dpgen.cli.common import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=["eval=reference"])
+    callback = instantiate(cfg.eval.callbacks.downstream)
+    assert (callback.n_samples, callback.val_fraction, callback.max_epochs, callback.patience) == (100000, 0.0, 600, None)
+    assert (callback.optimizer, callback.lr, callback.batch_size) == ("sgd", 1e-3, 512)
+    assert "image_quality" in cfg.eval.callbacks  # the rest of the default evaluation stays
+
+
 def test_image_quality_skips_tables():
     dm = SimpleNamespace(test_data=SimpleNamespace(x=torch.zeros(10, 3), y=torch.zeros(10)))
     trainer = fake_trainer(dm)

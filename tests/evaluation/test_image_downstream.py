@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from dpgen.evaluation.downstream import image_accuracy
@@ -32,6 +33,30 @@ def test_model_selection_never_looks_at_the_test_labels(mnist):
     shuffled = image_accuracy(x[:400], y[:400], test_x, test_y[torch.randperm(len(test_y))], **kwargs)
     assert (honest["best_epoch"], honest["val_accuracy"]) == (shuffled["best_epoch"], shuffled["val_accuracy"])
     assert shuffled["accuracy"] < 0.2 < honest["accuracy"]
+
+
+def test_max_test_accuracy_is_the_best_epoch_on_the_test_set_and_is_reported_apart(mnist):
+    """The reference script's number: without a hold-out the last epoch's model is tested (`accuracy`); the
+    highest test accuracy over the epochs is `max_test_accuracy`, that of the model stopped at its epoch."""
+    x, y = mnist["train"]
+    kwargs = dict(num_classes=10, val_fraction=0.0, optimizer="sgd", lr=0.05, batch_size=64, progress=False)
+    long = image_accuracy(x[:400], y[:400], *mnist["test"], max_epochs=5, **kwargs)
+    assert long["n_val"] == 0 and long["epochs_run"] == 5 and 1 <= long["max_test_epoch"] <= 5
+    short = image_accuracy(x[:400], y[:400], *mnist["test"], max_epochs=long["max_test_epoch"], **kwargs)
+    assert short["accuracy"] == long["max_test_accuracy"] >= long["accuracy"] > 0.2
+
+
+def test_sgd_is_plain_sgd_and_unknown_optimizers_are_refused(mnist):
+    x, y = mnist["train"]
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))
+    by_hand = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))
+    by_hand.load_state_dict(model.state_dict())
+    train_classifier(model, x[:64], y[:64], max_epochs=1, batch_size=64, lr=0.1, optimizer="sgd")  # one step
+    torch.nn.functional.cross_entropy(by_hand(x[:64]), y[:64]).backward()
+    for p, q in zip(model.parameters(), by_hand.parameters()):
+        assert torch.allclose(p, q - 0.1 * q.grad, atol=1e-6)  # p - lr * grad: no momentum, no decay
+    with pytest.raises(ValueError, match="optimizer must be one of"):
+        train_classifier(model, x[:8], y[:8], max_epochs=1, optimizer="adamw")
 
 
 def test_training_restores_the_best_validation_epoch_and_keeps_the_callers_rng(mnist):

@@ -91,7 +91,8 @@ class DownstreamUtility(EvaluationCallback):
     """Images: accuracy on the real test set of the appendix E CNN trained on `n_samples` synthetic
     images with uniform labels. Tables: AUROC / AUPRC of `tabular_models` ("gpate" or "pategan")
     trained on synthetic records (labels chosen by the method) and tested on the real test set;
-    with `ranking=True` also PATE-GAN settings A and C, SRA and feature ranking agreement."""
+    with `ranking=True` also PATE-GAN settings A and C, SRA and feature ranking agreement. `optimizer`, `lr` and
+    `batch_size` train the CNN (`eval=reference`: the reference code's evaluation script)."""
 
     name = "downstream"
 
@@ -106,9 +107,13 @@ class DownstreamUtility(EvaluationCallback):
         patience: int = 3,
         tabular_models: str = "gpate",
         ranking: bool = False,
+        optimizer: str = "adam",
+        lr: float = 1e-3,
+        batch_size: int = 128,
     ):
         super().__init__(every_n_steps, n_samples, at_end, seed)
         self.val_fraction, self.max_epochs, self.patience = val_fraction, max_epochs, patience
+        self.optimizer, self.lr, self.batch_size = optimizer, lr, batch_size
         self.tabular_models, self.ranking = tabular_models, ranking
 
     def evaluate(self, trainer, pl_module) -> dict:
@@ -126,7 +131,8 @@ class DownstreamUtility(EvaluationCallback):
         if test.x.dim() == 4:
             return image_accuracy(
                 x, y, test.x, test.y, num_classes=dm.num_classes, val_fraction=self.val_fraction,
-                max_epochs=self.max_epochs, patience=self.patience, seed=self.seed, device=device, progress=True,
+                max_epochs=self.max_epochs, patience=self.patience, batch_size=self.batch_size, optimizer=self.optimizer,
+                lr=self.lr, seed=self.seed, device=device, progress=True,
             )
         if self.ranking:
             train = dm.train_data

@@ -45,22 +45,26 @@ def train_classifier(
     *,
     val_x: torch.Tensor | None = None,
     val_y: torch.Tensor | None = None,
+    test_x: torch.Tensor | None = None,
+    test_y: torch.Tensor | None = None,
     max_epochs: int = 10,
     patience: int | None = None,
     batch_size: int = 128,
     lr: float = 1e-3,
+    optimizer: str = "adam",
     flip: bool = False,
     cosine: bool = False,
     seed: int = 0,
     device=None,
     progress: bool = False,
 ) -> dict:
-    """Adam + cross-entropy for up to `max_epochs` epochs; `flip`: mirror each training image left-right with
+    """Adam (or plain SGD: `optimizer="sgd"`) + cross-entropy for up to `max_epochs` epochs; `flip`: mirror each training image left-right with
     probability 1/2 (only for data whose classes are mirror-symmetric: clothes, faces, not digits); `cosine`: decay
     the learning rate to 0 along a cosine over the `max_epochs` epochs.
 
     With a validation set, the weights of the epoch with the best validation accuracy are
-    restored at the end and training stops after `patience` epochs without improvement.
+    restored at the end and training stops after `patience` epochs without improvement. With a test set, its
+    accuracy is recorded in every epoch's history (`test_accuracy`) and never used to choose anything here.
     Runs under a forked RNG so that the caller's random state is untouched.
     Returns {"best_epoch", "val_accuracy", "epochs_run", "history"} (epochs count from 1).
     """
@@ -71,7 +75,10 @@ def train_classifier(
     best = {"epoch": 0, "accuracy": -1.0, "state": None}
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
-        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+        optimizers = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
+        if optimizer not in optimizers:
+            raise ValueError(f"optimizer must be one of {sorted(optimizers)}, got {optimizer!r}")
+        optimizer = optimizers[optimizer](model.parameters(), lr=lr)
         batches = max_epochs * math.ceil(len(x) / batch_size)
         schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, batches) if cosine else None
         for epoch in range(1, max_epochs + 1):
@@ -96,6 +103,8 @@ def train_classifier(
                 record["val_accuracy"] = accuracy(model, val_x, val_y, device=device)
                 if record["val_accuracy"] > best["accuracy"]:
                     best = {"epoch": epoch, "accuracy": record["val_accuracy"], "state": copy.deepcopy(model.state_dict())}
+            if test_x is not None:
+                record["test_accuracy"] = accuracy(model, test_x, test_y, device=device)
             history.append(record)
             if progress:
                 log.info("%s: %s", type(model).__name__,
