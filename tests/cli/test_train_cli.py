@@ -199,23 +199,27 @@ def test_the_budget_judges_a_step_before_any_callback_writes_what_it_made(tmp_pa
     assert len(writers) >= 2 and budget < min(writers)
 
 
-# train.py whose downstream evaluation dies (as a run killed during its evaluation)
-EVALUATION_DIES = """
+# train.py with DownstreamUtility.evaluate replaced by `evaluate`, the source of a function (self, trainer, pl_module)
+PATCHED_TRAIN = """
 import dpgen.callbacks.downstream as downstream
-def die(self, trainer, pl_module):
-    raise RuntimeError("evaluation died")
-downstream.DownstreamUtility.evaluate = die
+{evaluate}
+downstream.DownstreamUtility.evaluate = evaluate
 from dpgen.cli.train import main
 main()
 """
 
 
-def test_a_run_whose_evaluation_dies_keeps_its_generator_privacy_report_and_final_grid(tmp_path):
-    script = tmp_path / "evaluation_dies.py"
-    script.write_text(EVALUATION_DIES)
+def train_tiny_gpate_evaluated_by(tmp_path: Path, evaluate: str) -> subprocess.CompletedProcess:
+    script = tmp_path / "patched_train.py"
+    script.write_text(PATCHED_TRAIN.format(evaluate=evaluate))
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
-    result = subprocess.run([sys.executable, str(script), f"hydra.run.dir={tmp_path / 'run'}", *TINY_GPATE],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run([sys.executable, str(script), f"hydra.run.dir={tmp_path / 'run'}", *TINY_GPATE],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_a_run_whose_evaluation_dies_keeps_its_generator_privacy_report_and_final_grid(tmp_path):
+    result = train_tiny_gpate_evaluated_by(tmp_path, "def evaluate(self, trainer, pl_module):\n"
+                                                     "    raise RuntimeError('evaluation died')")
     assert result.returncode != 0 and "evaluation died" in result.stdout + result.stderr
     run = tmp_path / "run"
     assert not (run / "metrics.json").exists()  # the evaluation's results were never written
@@ -224,24 +228,10 @@ def test_a_run_whose_evaluation_dies_keeps_its_generator_privacy_report_and_fina
     assert privacy["stop"]["reason"] == "trainer limits reached within the budget" and privacy["epsilon"] > 0
 
 
-# train.py whose downstream evaluation reports what the model still holds when it runs
-EVALUATION_REPORTS_TEACHERS = """
-import dpgen.callbacks.downstream as downstream
-def report(self, trainer, pl_module):
-    return {"teachers_held": float(pl_module.ensemble is not None)}
-downstream.DownstreamUtility.evaluate = report
-from dpgen.cli.train import main
-main()
-"""
-
-
 def test_the_teachers_are_checkpointed_then_freed_before_the_evaluation(tmp_path):
-    script = tmp_path / "evaluation_reports.py"
-    script.write_text(EVALUATION_REPORTS_TEACHERS)
-    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
     # checkpoint_every_n_steps=0 (TINY_GPATE): the only checkpoint is the one written when training ends
-    result = subprocess.run([sys.executable, str(script), f"hydra.run.dir={tmp_path / 'run'}", *TINY_GPATE],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    result = train_tiny_gpate_evaluated_by(tmp_path, "def evaluate(self, trainer, pl_module):\n"
+                                                     "    return {'teachers_held': float(pl_module.ensemble is not None)}")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run = tmp_path / "run"
     assert json.loads((run / "metrics.json").read_text())["downstream"]["teachers_held"] == 0.0
