@@ -173,7 +173,7 @@ def test_the_reference_evaluation_script_as_an_eval_config():
         cfg = compose("config", overrides=["eval=reference"])
     callback = instantiate(cfg.eval.callbacks.downstream)
     assert (callback.n_samples, callback.val_fraction, callback.max_epochs, callback.patience) == (100000, 0.0, 600, None)
-    assert (callback.optimizer, callback.lr, callback.batch_size) == ("sgd", 1e-3, 512)
+    assert (callback.optimizer, callback.lr, callback.batch_size, callback.cnn) == ("sgd", 1e-3, 512, "reference_script")
     assert "image_quality" in cfg.eval.callbacks  # the rest of the default evaluation stays
 
 

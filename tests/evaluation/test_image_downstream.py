@@ -3,7 +3,7 @@ import torch
 
 from dpgen.evaluation.downstream import image_accuracy
 from dpgen.evaluation.training import accuracy, train_classifier
-from dpgen.nn.classifier import CNNClassifier, downstream_cnn
+from dpgen.nn.classifier import CNNClassifier, downstream_cnn, reference_script_cnn
 
 
 def test_cnn_shapes_and_features():
@@ -14,6 +14,18 @@ def test_cnn_shapes_and_features():
     convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
     assert [c.out_channels for c in convs] == [32, 64]  # appendix E: 32 and 64 kernels
     assert sum(isinstance(m, torch.nn.Dropout) for m in model.modules()) == 3  # dropout on all layers
+
+
+def test_the_reference_scripts_cnn_layer_by_layer():
+    model = reference_script_cnn(1, 10, 28)
+    x = torch.rand(5, 1, 28, 28)
+    assert model(x).shape == (5, 10)
+    shapes = [tuple(p.shape) for p in model.parameters()]  # Keras: valid 3x3 convs, one pool, dense 64
+    assert shapes == [(32, 1, 3, 3), (32,), (64, 32, 3, 3), (64,), (64, 64 * 11 * 11), (64,), (10, 64), (10,)]
+    assert [m.p for m in model if isinstance(m, torch.nn.Dropout)] == [0.2, 0.25]
+    assert all(not b.any() for name, b in model.named_parameters() if name.endswith("bias"))
+    fc = model[8].weight  # Glorot uniform: bound sqrt(6 / (fan_in + fan_out))
+    assert fc.abs().max() <= (6 / (7744 + 64)) ** 0.5 < 3 * fc.std()
 
 
 def test_cnn_on_few_hundred_real_images_beats_chance(mnist):
@@ -39,11 +51,14 @@ def test_max_test_accuracy_is_the_best_epoch_on_the_test_set_and_is_reported_apa
     """The reference script's number: without a hold-out the last epoch's model is tested (`accuracy`); the
     highest test accuracy over the epochs is `max_test_accuracy`, that of the model stopped at its epoch."""
     x, y = mnist["train"]
-    kwargs = dict(num_classes=10, val_fraction=0.0, optimizer="sgd", lr=0.05, batch_size=64, progress=False)
+    kwargs = dict(num_classes=10, val_fraction=0.0, optimizer="sgd", lr=0.05, batch_size=64, cnn="reference_script",
+                  progress=False)
     long = image_accuracy(x[:400], y[:400], *mnist["test"], max_epochs=5, **kwargs)
     assert long["n_val"] == 0 and long["epochs_run"] == 5 and 1 <= long["max_test_epoch"] <= 5
     short = image_accuracy(x[:400], y[:400], *mnist["test"], max_epochs=long["max_test_epoch"], **kwargs)
     assert short["accuracy"] == long["max_test_accuracy"] >= long["accuracy"] > 0.2
+    with pytest.raises(ValueError, match="cnn must be one of"):
+        image_accuracy(x[:8], y[:8], x[:8], y[:8], num_classes=10, cnn="vgg")
 
 
 def test_sgd_is_plain_sgd_and_unknown_optimizers_are_refused(mnist):

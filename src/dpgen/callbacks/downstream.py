@@ -91,8 +91,9 @@ class DownstreamUtility(EvaluationCallback):
     """Images: accuracy on the real test set of the appendix E CNN trained on `n_samples` synthetic
     images with uniform labels. Tables: AUROC / AUPRC of `tabular_models` ("gpate" or "pategan")
     trained on synthetic records (labels chosen by the method) and tested on the real test set;
-    with `ranking=True` also PATE-GAN settings A and C, SRA and feature ranking agreement. `optimizer`, `lr` and
-    `batch_size` train the CNN (`eval=reference`: the reference code's evaluation script)."""
+    with `ranking=True` also PATE-GAN settings A and C, SRA and feature ranking agreement. `cnn`, `optimizer`,
+    `lr` and `batch_size` choose the CNN and how it trains (`eval=reference`: the reference code's evaluation
+    script)."""
 
     name = "downstream"
 
@@ -110,10 +111,11 @@ class DownstreamUtility(EvaluationCallback):
         optimizer: str = "adam",
         lr: float = 1e-3,
         batch_size: int = 128,
+        cnn: str = "appendix_e",
     ):
         super().__init__(every_n_steps, n_samples, at_end, seed)
         self.val_fraction, self.max_epochs, self.patience = val_fraction, max_epochs, patience
-        self.optimizer, self.lr, self.batch_size = optimizer, lr, batch_size
+        self.optimizer, self.lr, self.batch_size, self.cnn = optimizer, lr, batch_size, cnn
         self.tabular_models, self.ranking = tabular_models, ranking
 
     def evaluate(self, trainer, pl_module) -> dict:
@@ -132,7 +134,7 @@ class DownstreamUtility(EvaluationCallback):
             return image_accuracy(
                 x, y, test.x, test.y, num_classes=dm.num_classes, val_fraction=self.val_fraction,
                 max_epochs=self.max_epochs, patience=self.patience, batch_size=self.batch_size, optimizer=self.optimizer,
-                lr=self.lr, seed=self.seed, device=device, progress=True,
+                lr=self.lr, cnn=self.cnn, seed=self.seed, device=device, progress=True,
             )
         if self.ranking:
             train = dm.train_data

@@ -25,7 +25,9 @@ from sklearn.svm import LinearSVC
 from sklearn.tree import DecisionTreeClassifier
 
 from dpgen.evaluation.training import accuracy, train_classifier
-from dpgen.nn.classifier import downstream_cnn
+from dpgen.nn.classifier import downstream_cnn, reference_script_cnn
+
+CNNS = {"appendix_e": downstream_cnn, "reference_script": reference_script_cnn}
 
 
 def image_accuracy(
@@ -41,11 +43,13 @@ def image_accuracy(
     batch_size: int = 128,
     optimizer: str = "adam",
     lr: float = 1e-3,
+    cnn: str = "appendix_e",
     seed: int = 0,
     device=None,
     progress: bool = True,
 ) -> dict:
-    """Accuracy on the real test set of the appendix E CNN trained on (synth_x, synth_y).
+    """Accuracy on the real test set of the appendix E CNN (or `cnn="reference_script"`: the reference code's)
+    trained on (synth_x, synth_y).
 
     The epoch is chosen by early stopping on a random `val_fraction` of the SYNTHETIC set (never on the real
     test set); with `val_fraction=0` the last epoch's model is tested. Returns {"accuracy", "best_epoch",
@@ -55,6 +59,8 @@ def image_accuracy(
     code's evaluation script prints ("Max eval acc", after 600 epochs of SGD). The test set chooses it, so it
     is optimistic and never the run's `accuracy`; it is reported for comparison with published numbers.
     """
+    if cnn not in CNNS:
+        raise ValueError(f"cnn must be one of {sorted(CNNS)}, got {cnn!r}")
     synth_x, synth_y = torch.as_tensor(synth_x, dtype=torch.float32), torch.as_tensor(synth_y, dtype=torch.long)
     test_x, test_y = torch.as_tensor(test_x, dtype=torch.float32), torch.as_tensor(test_y, dtype=torch.long)
     generator = torch.Generator().manual_seed(seed)
@@ -63,7 +69,7 @@ def image_accuracy(
     val, train = order[:n_val], order[n_val:]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = downstream_cnn(synth_x.shape[1], num_classes, tuple(synth_x.shape[2:]))
+        model = CNNS[cnn](synth_x.shape[1], num_classes, tuple(synth_x.shape[2:]))
     fit = train_classifier(
         model,
         synth_x[train],

@@ -3,7 +3,8 @@
 `CNNClassifier` is the downstream CNN of G-PATE appendix E ("two convolutional layers with
 32 and 64 kernels respectively ... ReLU ... dropout on all layers"). The same module with
 no dropout on the convolutions and a wider head serves as the domain classifier of
-appendix F (the feature extractor for IS / FID): see `domain_classifier`.
+appendix F (the feature extractor for IS / FID): see `domain_classifier`. `reference_script_cnn` is the CNN of
+the reference G-PATE code's evaluation script, which differs from the paper's description.
 """
 
 from __future__ import annotations
@@ -75,3 +76,21 @@ def domain_classifier(in_channels: int, num_classes: int, image_size: int | tupl
     """The appendix F domain classifier (a CNN trained on real data); its 256 hidden units are the FID features."""
     return CNNClassifier(in_channels, num_classes, image_size, channels=channels, hidden=256, dropout=0.3,
                          conv_dropout=0.0)
+
+
+def reference_script_cnn(in_channels: int, num_classes: int, image_size: int | tuple[int, int]) -> nn.Sequential:
+    """The CNN of the reference G-PATE code's evaluation script (evaluation/train-classifier-mnist.py there, Keras):
+    conv 32 3x3 (no padding) -> ReLU -> max-pool 2 -> dropout 0.2 -> conv 64 3x3 (no padding) -> ReLU -> dropout
+    0.25 -> dense 64 -> ReLU -> dense, with Keras' Glorot-uniform weights and zero biases. Returns logits."""
+    height, width = (image_size, image_size) if isinstance(image_size, int) else image_size
+    features = 64 * ((height - 2) // 2 - 2) * ((width - 2) // 2 - 2)
+    model = nn.Sequential(
+        nn.Conv2d(in_channels, 32, kernel_size=3), nn.ReLU(), nn.MaxPool2d(2), nn.Dropout(0.2),
+        nn.Conv2d(32, 64, kernel_size=3), nn.ReLU(), nn.Dropout(0.25), nn.Flatten(),
+        nn.Linear(features, 64), nn.ReLU(), nn.Linear(64, num_classes),
+    )
+    for layer in model:
+        if isinstance(layer, (nn.Conv2d, nn.Linear)):
+            nn.init.xavier_uniform_(layer.weight)
+            nn.init.zeros_(layer.bias)
+    return model
