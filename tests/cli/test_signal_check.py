@@ -19,7 +19,7 @@ def test_dpgradagg_lines_charge_what_confident_gnmax_costs(tmp_path, capsys, unt
     sigma1, sigma2, batch, k = 50.0, 40.0, 5, 10
     signal_check.main(["--agg", "dpgradagg", "--teachers", "6", "--records", "15", "--batch", str(batch),
                        "--steps", "2", "--every", "1", "--channels", "4", "8", "--hidden", "8",
-                       "--sigma1", str(sigma1), "--sigma2", str(sigma2), "--out", str(tmp_path)])
+                       "--sigma1", str(sigma1), "--sigma2", str(sigma2), "--label-matched", "--out", str(tmp_path)])
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line["step"] for line in lines] == [1, 2]
     first = lines[0]

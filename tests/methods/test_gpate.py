@@ -15,7 +15,7 @@ from dpgen.callbacks.random_state import RandomState
 from dpgen.data.base import DPGenDataModule, TensorData
 from dpgen.methods import gpate
 from dpgen.methods.gpate import CLASS_RATIO, GPATE
-from dpgen.nn.generator import label_matched
+from dpgen.nn.generator import label_pool
 from dpgen.privacy.laplace import rdp_laplace
 
 warnings.filterwarnings("ignore")
@@ -152,16 +152,16 @@ def test_generator_learns_only_through_dpgradagg(monkeypatch, label_matched_fake
     assert any(not torch.equal(a[k], control[k]) for k in a)
 
 
-def test_label_matched_fakes_are_the_generator_at_each_teachers_own_labels():
+def test_the_label_pool_is_the_generator_at_every_sample_and_class():
     torch.manual_seed(0)
     model = tiny(label_matched_fakes=True)
     model.net_g.eval()  # per-sample outputs do not depend on the batch
-    z, labels = model.latent(3), torch.tensor([[0, 1, 1], [1, 0, 0]])
-    fakes = label_matched(model.net_g, z, labels, 2)
-    assert fakes.shape == (2, 3, FEATURES)
-    for t in range(2):
-        for j in range(3):
-            torch.testing.assert_close(fakes[t, j], model.net_g(z[j:j + 1], labels[t, j:j + 1])[0])
+    z = model.latent(3)
+    pool = label_pool(model.net_g, z, 2)
+    assert pool.shape == (3, 2, FEATURES)
+    for j in range(3):
+        for c in range(2):
+            torch.testing.assert_close(pool[j, c], model.net_g(z[j:j + 1], torch.tensor([c]))[0])
 
 
 def test_nothing_answered_leaves_the_generator_unchanged_and_still_charges_the_checks(monkeypatch):

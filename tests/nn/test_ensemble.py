@@ -67,6 +67,22 @@ def test_per_teacher_fake_batches_train_each_teacher_on_its_own():
         torch.testing.assert_close(ens.params.convs_0_weight[i], m.convs[0].weight.detach(), rtol=0, atol=1e-10)
 
 
+def test_fakes_by_label_are_the_per_teacher_fakes_gathered_from_the_pool():
+    """by_label=True: fake_x (b, K, ...) and fake_y (T, b) train teacher t on fake_x[j, fake_y[t, j]], bitwise as
+    the gathered (T, b, ...) per-teacher batches do."""
+    n, b, shape, classes = 3, 4, (1, 28, 28), 10
+    real_x, real_y, _, _ = batches(n, b, shape, classes, seed=0)
+    pool = torch.rand(b, classes, *shape, dtype=torch.float64)
+    labels = torch.randint(0, classes, (n, b))
+    gathered = pool[torch.arange(b), labels]
+    assert gathered.shape == (n, b, *shape) and torch.equal(gathered[2, 1], pool[1, labels[2, 1]])
+    by_label, explicit = (TeacherEnsemble(n, shape, classes, chunk_size=2, seed=1).to(torch.float64) for _ in range(2))
+    torch.testing.assert_close(by_label.train_step(real_x, real_y, pool, labels, by_label=True),
+                               explicit.train_step(real_x, real_y, gathered, labels), rtol=0, atol=0)
+    for name, p in by_label.params.named_buffers():
+        assert torch.equal(p, getattr(explicit.params, name))
+
+
 def test_input_grads_are_the_summed_loss_gradient_over_b():
     # d/dx_j mean_j' l_j' = (1/b) d/dx_j sum_j' l_j'  (b = 5), coupling through BatchNorm included
     ens = TeacherEnsemble(2, (1, 28, 28), 10).to(torch.float64)

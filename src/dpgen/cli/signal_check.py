@@ -30,7 +30,7 @@ from dpgen.aggregation.dpgradagg import DPGradAggParams, dp_grad_agg
 from dpgen.data.mnist import MNISTDataModule
 from dpgen.evaluation.fidelity import domain_classifier_for
 from dpgen.nn.ensemble import TeacherEnsemble
-from dpgen.nn.generator import ConditionalImageGenerator, label_matched, latent
+from dpgen.nn.generator import ConditionalImageGenerator, label_pool, latent
 from dpgen.privacy.rdp import DEFAULT_ORDERS, eps_from_rdp
 
 
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
             z = latent(b, a.z_dim, device=dev)
             fake = gen(z, fake_y)
             if a.label_matched:
-                d_loss = ensemble.train_step(real_x, real_y, label_matched(gen, z, real_y, 10), real_y)
+                d_loss = ensemble.train_step(real_x, real_y, label_pool(gen, z, 10), real_y, by_label=True)
             else:
                 d_loss = ensemble.train_step(real_x, real_y, fake.detach(), fake_y)
         grads = -ensemble.input_grads(fake.detach(), fake_y, real_x, real_y)

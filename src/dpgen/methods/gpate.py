@@ -15,7 +15,7 @@ from dpgen.callbacks.checkpoint_io import CheckpointError
 from dpgen.distributed import process_rank, teacher_slice
 from dpgen.methods.base import PrivateGenerator
 from dpgen.nn.ensemble import TeacherEnsemble
-from dpgen.nn.generator import label_matched
+from dpgen.nn.generator import label_pool
 from dpgen.privacy import laplace
 from dpgen.privacy.ledger import PrivacyLedger
 from dpgen.privacy.rdp import DEFAULT_ORDERS
@@ -159,7 +159,8 @@ class GPATE(PrivateGenerator):
         z = from_lead(self.latent(b), self.distributed)
         fake = self.net_g(z, fake_y)
         if self.label_matched_fakes:
-            d_loss = self.ensemble.train_step(real_x, real_y, label_matched(self.net_g, z, real_y, self.num_classes), real_y)
+            pool = label_pool(self.net_g, z, self.num_classes)
+            d_loss = self.ensemble.train_step(real_x, real_y, pool, real_y, by_label=True)
         else:
             d_loss = self.ensemble.train_step(real_x, real_y, fake.detach(), fake_y)
         # Delta x = dL_D/dx (equation 1): minus the gradient of the generator loss BCE(D(x), 1), i.e. the

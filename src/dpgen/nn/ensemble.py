@@ -212,17 +212,21 @@ class TeacherEnsemble(nn.Module):
 
     @torch.enable_grad()
     def train_step(self, real_x: torch.Tensor, real_y: torch.Tensor, fake_x: torch.Tensor,
-                   fake_y: torch.Tensor) -> torch.Tensor:
+                   fake_y: torch.Tensor, by_label: bool = False) -> torch.Tensor:
         """One Adam step of every teacher t on BCE(D_t(real_x[t]), 1) + BCE(D_t(fake_x), 0) (batch means).
 
         real_x (T, b, *in_shape), real_y (T, b) int64: each teacher's own real batch; fake_x (b, *in_shape),
         fake_y (b,): one fake batch shared by all teachers, or (T, b, *in_shape), (T, b): one per teacher.
+        `by_label=True`: fake_x (b, K, *in_shape) holds a fake for every sample j and class c
+        (`nn.generator.label_pool`) and teacher t's fake j is fake_x[j, fake_y[t, j]], gathered one chunk at a
+        time (the (T, b, *in_shape) fakes are never held whole).
         Real and fake batches are normalised with their own BatchNorm statistics (two forward calls in the
         reference), or together (`joint_batch_norm`). Returns each teacher's loss (T,) BEFORE the step.
         """
         self.step += 1
-        shared = fake_x.dim() == len(self.in_shape) + 1
-        b = fake_x.shape[0] if shared else fake_x.shape[1]
+        shared = not by_label and fake_x.dim() == len(self.in_shape) + 1
+        b = fake_x.shape[0] if shared or by_label else fake_x.shape[1]
+        samples = torch.arange(b, device=fake_x.device)
         fake_x = fake_x.detach().to(self.dtype)
         losses = torch.empty(self.n_teachers, dtype=self.dtype, device=self.device)
         target = torch.cat([torch.ones(b), torch.zeros(b)]).to(self.dtype).to(self.device)
@@ -230,7 +234,9 @@ class TeacherEnsemble(nn.Module):
         for s, e in self.chunks():
             n = e - s
             theta = {name: p.detach().requires_grad_() for name, p in self.stacked(self.params, s, e).items()}
-            x = torch.cat([real_x[s:e].to(self.dtype), fake_x.expand(n, *fake_x.shape) if shared else fake_x[s:e]], 1)
+            fake = (fake_x[samples, fake_y[s:e]] if by_label else fake_x.expand(n, *fake_x.shape) if shared
+                    else fake_x[s:e])
+            x = torch.cat([real_x[s:e].to(self.dtype), fake], 1)
             x = translate(x, self.augment)  # every real and fake image its own shift (DiffAugment's translation)
             y = torch.cat([real_y[s:e], fake_y.expand(n, b) if shared else fake_y[s:e]], 1)
             logit = self.logits(theta, x, y, groups=1 if self.joint_batch_norm else 2)

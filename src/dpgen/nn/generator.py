@@ -116,14 +116,13 @@ def latent(n: int, z_dim: int, dist: str = "uniform", device=None) -> torch.Tens
 
 
 @torch.no_grad()
-def label_matched(net: nn.Module, z: torch.Tensor, labels: torch.Tensor, num_classes: int) -> torch.Tensor:
-    """(T, b, *shape) from labels (T, b): entry (t, j) is net(z_j, labels[t, j]), gathered from ONE forward pass
-    of the pool net(z_j, c) for every j < b and class c (its BatchNorm batch is the b x K pool)."""
+def label_pool(net: nn.Module, z: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """(b, K, *shape): entry (j, c) is net(z_j, c), from ONE forward pass (its BatchNorm batch is the b x K pool).
+    Label-matched fakes: teacher t's fake j is pool[j, y_tj] (`TeacherEnsemble.train_step(..., by_label=True)`)."""
     b = len(z)
     classes = torch.arange(num_classes, device=z.device)
     pool = net(z.repeat_interleave(num_classes, 0), classes.repeat(b))
-    pool = pool.view(b, num_classes, *pool.shape[1:])
-    return pool[torch.arange(b, device=z.device), labels]
+    return pool.view(b, num_classes, *pool.shape[1:])
 
 
 @torch.no_grad()
