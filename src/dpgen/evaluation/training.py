@@ -58,9 +58,9 @@ def train_classifier(
     device=None,
     progress: bool = False,
 ) -> dict:
-    """Adam (or plain SGD: `optimizer="sgd"`) + cross-entropy for up to `max_epochs` epochs; `flip`: mirror each training image left-right with
-    probability 1/2 (only for data whose classes are mirror-symmetric: clothes, faces, not digits); `cosine`: decay
-    the learning rate to 0 along a cosine over the `max_epochs` epochs.
+    """Adam (or plain SGD: `optimizer="sgd"`) + cross-entropy for up to `max_epochs` epochs; `flip`: mirror each
+    training image left-right with probability 1/2 (only for data whose classes are mirror-symmetric: clothes,
+    faces, not digits); `cosine`: decay the learning rate to 0 along a cosine over the `max_epochs` epochs.
 
     With a validation set, the weights of the epoch with the best validation accuracy are
     restored at the end and training stops after `patience` epochs without improvement. With a test set, its
