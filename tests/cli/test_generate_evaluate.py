@@ -63,3 +63,20 @@ def test_clear_errors(tmp_path):
     np.savez(bad, x=np.zeros((4, 5)), y=np.zeros(4))
     result = script("evaluate.py", tmp_path, f"synthetic={bad}", "data=mnist", *FAST_EVAL)
     assert result.returncode == 2 and "shape" in result.stdout
+
+
+def test_evaluate_keeps_the_classifiers_training_state_beside_its_output(tmp_path):
+    """evaluate.py continues a killed evaluation from `<out>.downstream-state.pt`: a state file of another
+    training there is refused by name, and a finished evaluation leaves none behind."""
+    import torch
+
+    synthetic = tmp_path / "synthetic.npz"
+    np.savez(synthetic, x=np.random.default_rng(0).random((40, 1, 28, 28), dtype=np.float32), y=np.arange(40) % 10)
+    state = tmp_path / "synthetic.eval.json.downstream-state.pt"
+    torch.save({"key": "another training"}, state)
+    result = script("evaluate.py", tmp_path, f"synthetic={synthetic}", "data=mnist", *FAST_EVAL)
+    assert result.returncode == 2 and "other data or settings" in result.stdout and str(state) in result.stdout
+    state.unlink()
+    result = script("evaluate.py", tmp_path, f"synthetic={synthetic}", "data=mnist", *FAST_EVAL)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / "synthetic.eval.json").is_file() and not state.exists()

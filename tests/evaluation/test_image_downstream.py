@@ -123,3 +123,43 @@ def test_cosine_decays_the_learning_rate_along_the_epochs():
         optimizer.step()
     for a, b in zip(scheduled.parameters(), by_hand.parameters()):
         torch.testing.assert_close(a, b)
+
+
+def test_a_killed_classifier_training_continues_from_its_state_file_to_the_same_end(mnist, tmp_path, monkeypatch):
+    """Killed after its second epoch, the training re-run with the same state file ends with the weights and
+    history of an uninterrupted one (dropout, shuffling and the best-epoch choice included); the file is removed
+    at the end, and a file written for other settings is refused."""
+    from dpgen.evaluation import training
+
+    x, y = mnist["train"]
+    kwargs = dict(val_x=x[300:400], val_y=y[300:400], test_x=x[400:500], test_y=y[400:500], max_epochs=4,
+                  batch_size=64, lr=0.05, optimizer="sgd")
+
+    def fit(state_file=None):
+        torch.manual_seed(0)
+        model = reference_script_cnn(1, 10, 28)
+        return model, train_classifier(model, x[:300], y[:300], state_file=state_file, **kwargs)
+
+    whole, whole_fit = fit()
+    state = tmp_path / "cnn-state.pt"
+    save, saves = training.Resumable.save, []
+
+    def save_then_die(self, *args):
+        save(self, *args)
+        saves.append(len(args[3]))
+        if len(saves) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(training.Resumable, "save", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        fit(state)
+    assert state.is_file() and saves == [1, 2]
+    with pytest.raises(ValueError, match="other data or settings"):
+        train_classifier(reference_script_cnn(1, 10, 28), x[:300], y[:300], state_file=state, **{**kwargs, "lr": 0.01})
+    monkeypatch.setattr(training.Resumable, "save", save)
+    resumed, resumed_fit = fit(state)
+    assert not state.exists()
+    assert resumed_fit == whole_fit
+    assert [r["epoch"] for r in resumed_fit["history"]] == [1, 2, 3, 4]
+    for a, b in zip(whole.state_dict().values(), resumed.state_dict().values()):
+        assert torch.equal(a, b)

@@ -93,7 +93,8 @@ class DownstreamUtility(EvaluationCallback):
     trained on synthetic records (labels chosen by the method) and tested on the real test set;
     with `ranking=True` also PATE-GAN settings A and C, SRA and feature ranking agreement. `cnn`, `optimizer`,
     `lr` and `batch_size` choose the CNN and how it trains (`eval=reference`: the reference code's evaluation
-    script)."""
+    script). `state_file`: the CNN's training is saved there after every epoch and continues from it when the
+    same evaluation is run again (evaluate.py keeps it beside its output)."""
 
     name = "downstream"
 
@@ -112,9 +113,11 @@ class DownstreamUtility(EvaluationCallback):
         lr: float = 1e-3,
         batch_size: int = 128,
         cnn: str = "appendix_e",
+        state_file: str | None = None,
     ):
         super().__init__(every_n_steps, n_samples, at_end, seed)
         self.val_fraction, self.max_epochs, self.patience = val_fraction, max_epochs, patience
+        self.state_file = state_file
         self.optimizer, self.lr, self.batch_size, self.cnn = optimizer, lr, batch_size, cnn
         self.tabular_models, self.ranking = tabular_models, ranking
 
@@ -134,7 +137,7 @@ class DownstreamUtility(EvaluationCallback):
             return image_accuracy(
                 x, y, test.x, test.y, num_classes=dm.num_classes, val_fraction=self.val_fraction,
                 max_epochs=self.max_epochs, patience=self.patience, batch_size=self.batch_size, optimizer=self.optimizer,
-                lr=self.lr, cnn=self.cnn, seed=self.seed, device=device, progress=True,
+                lr=self.lr, cnn=self.cnn, seed=self.seed, device=device, progress=True, state_file=self.state_file,
             )
         if self.ranking:
             train = dm.train_data

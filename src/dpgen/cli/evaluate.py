@@ -48,13 +48,16 @@ def run(cfg: DictConfig) -> dict:
         raise ValueError(f"{path}: labels must be in 0..{dm.num_classes - 1} ({dm.name}), got {int(y.min())}..{int(y.max())}")
     device = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
     results = {"synthetic": str(path), "data": dm.name, "records": len(y)}
+    out = Path(cfg.out) if cfg.out else path.with_suffix(".eval.json")
     for name, node in (cfg.eval.get("callbacks") or {}).items():
         console.print(f"evaluating: {name}")
-        results[name] = instantiate(node).evaluate_synthetic(x, y, dm, torch.device(device))
+        callback = instantiate(node)
+        if hasattr(callback, "state_file") and callback.state_file is None:  # a killed run continues from here
+            callback.state_file = str(out.with_name(f"{out.name}.{name}-state.pt"))
+        results[name] = callback.evaluate_synthetic(x, y, dm, torch.device(device))
     privacy = path.parent / "privacy.json"
     if privacy.is_file():
         results["privacy"] = json.loads(privacy.read_text())
-    out = Path(cfg.out) if cfg.out else path.with_suffix(".eval.json")
     atomic_write_text(out, json.dumps(results, indent=2, default=float) + "\n")
     print_metrics(f"{path.name} on {dm.name}", results, out)
     return results

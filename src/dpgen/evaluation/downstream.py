@@ -47,6 +47,7 @@ def image_accuracy(
     seed: int = 0,
     device=None,
     progress: bool = True,
+    state_file: str | None = None,
 ) -> dict:
     """Accuracy on the real test set of the appendix E CNN (or `cnn="reference_script"`: the reference code's)
     trained on (synth_x, synth_y).
@@ -58,6 +59,7 @@ def image_accuracy(
     `max_test_accuracy` is the highest real-test accuracy over the epochs run: the number the reference G-PATE
     code's evaluation script prints ("Max eval acc", after 600 epochs of SGD). The test set chooses it, so it
     is optimistic and never the run's `accuracy`; it is reported for comparison with published numbers.
+    `state_file`: the CNN's training continues from (and saves every epoch to) that file (`train_classifier`).
     """
     if cnn not in CNNS:
         raise ValueError(f"cnn must be one of {sorted(CNNS)}, got {cnn!r}")
@@ -86,6 +88,7 @@ def image_accuracy(
         seed=seed,
         device=device,
         progress=progress,
+        state_file=state_file,
     )
     tested = [record["test_accuracy"] for record in fit["history"]]
     return {

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import logging
 import math
+import os
+from pathlib import Path
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from dpgen.files import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +62,7 @@ def train_classifier(
     seed: int = 0,
     device=None,
     progress: bool = False,
+    state_file: str | os.PathLike | None = None,
 ) -> dict:
     """Adam (or plain SGD: `optimizer="sgd"`) + cross-entropy for up to `max_epochs` epochs; `flip`: mirror each
     training image left-right with probability 1/2 (only for data whose classes are mirror-symmetric: clothes,
@@ -66,6 +72,11 @@ def train_classifier(
     restored at the end and training stops after `patience` epochs without improvement. With a test set, its
     accuracy is recorded in every epoch's history (`test_accuracy`) and never used to choose anything here.
     Runs under a forked RNG so that the caller's random state is untouched.
+
+    `state_file`: after every epoch the model, the optimizer, the history and the random state are written there
+    (atomically), and a call with the same data and settings continues from that file: a killed training loses at
+    most one epoch and ends with the same weights and history as an uninterrupted one. The file is removed when
+    training ends; one written for other data or settings is refused (ValueError).
     Returns {"best_epoch", "val_accuracy", "epochs_run", "history"} (epochs count from 1).
     """
     device = resolve_device(device)
@@ -78,10 +89,16 @@ def train_classifier(
         optimizers = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
         if optimizer not in optimizers:
             raise ValueError(f"optimizer must be one of {sorted(optimizers)}, got {optimizer!r}")
+        settings = (f"{type(model).__name__} {optimizer} lr={lr} batch={batch_size} epochs={max_epochs} "
+                    f"patience={patience} flip={flip} cosine={cosine} seed={seed}")
         optimizer = optimizers[optimizer](model.parameters(), lr=lr)
         batches = max_epochs * math.ceil(len(x) / batch_size)
         schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, batches) if cosine else None
-        for epoch in range(1, max_epochs + 1):
+        resumable = None
+        if state_file is not None:
+            resumable = Resumable(state_file, settings, (x, y, val_x, val_y), device)
+            history, best = resumable.load(model, optimizer, schedule, history, best)
+        for epoch in range(len(history) + 1, max_epochs + 1):
             model.train()
             order = torch.randperm(len(x))
             total = 0.0
@@ -111,8 +128,53 @@ def train_classifier(
                          " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()))
             if has_val and patience is not None and epoch - best["epoch"] >= patience:
                 break
+            if resumable is not None:
+                resumable.save(model, optimizer, schedule, history, best)
+    if resumable is not None:
+        resumable.path.unlink(missing_ok=True)
     model.eval()
     if best["state"] is not None:
         model.load_state_dict(best["state"])
         return {"best_epoch": best["epoch"], "val_accuracy": best["accuracy"], "epochs_run": len(history), "history": history}
     return {"best_epoch": len(history), "val_accuracy": float("nan"), "epochs_run": len(history), "history": history}
+
+
+class Resumable:
+    """The state of `train_classifier` in one file, keyed by the data's digest and the training settings."""
+
+    def __init__(self, path: str | os.PathLike, settings: str, tensors: tuple, device: torch.device):
+        self.path, self.device = Path(path), device
+        digest = hashlib.sha256()
+        for tensor in tensors:
+            if tensor is not None:
+                tensor = tensor.detach().cpu().contiguous()
+                digest.update(str((tuple(tensor.shape), tensor.dtype)).encode())
+                digest.update(tensor.view(torch.uint8).numpy())
+        self.key = f"{settings} data={digest.hexdigest()}"
+
+    def load(self, model, optimizer, schedule, history: list, best: dict) -> tuple[list, dict]:
+        """Restore a saved state into the model, optimizer and random state; returns (history, best)."""
+        if not self.path.is_file():
+            return history, best
+        saved = torch.load(self.path, map_location="cpu")
+        if saved["key"] != self.key:
+            raise ValueError(f"{self.path} holds a classifier training of other data or settings "
+                             f"({saved['key']!r}, this one: {self.key!r}); remove it to start over")
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        if schedule is not None:
+            schedule.load_state_dict(saved["schedule"])
+        torch.set_rng_state(saved["rng"])
+        if self.device.type == "cuda":
+            torch.cuda.set_rng_state(saved["cuda_rng"], self.device)
+        log.info("classifier training resumed after epoch %d from %s", len(saved["history"]), self.path)
+        return saved["history"], saved["best"]
+
+    def save(self, model, optimizer, schedule, history: list, best: dict) -> None:
+        state = {
+            "key": self.key, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            "schedule": schedule.state_dict() if schedule is not None else None,
+            "history": history, "best": best, "rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None,
+        }
+        atomic_write(self.path, lambda f: torch.save(state, f))
