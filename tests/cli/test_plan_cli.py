@@ -201,3 +201,15 @@ def test_pld_plans_dpsgd_and_pate_triplegan_as_their_ledgers_compose_them():
         main(["method=pate_triplegan", "method.module.accounting=clt", "privacy.conversion=pld", *MNIST])
     with pytest.raises(ValueError, match="conversion=pld"):
         main(["method=gpate", "privacy.conversion=pld", *MNIST])
+
+
+def test_help_and_command_line_mistakes(capsys):
+    from dpgen.cli.plan import cli
+
+    cli(["--help"])
+    assert "How many training steps" in capsys.readouterr().out
+    for argv, said in ((["--cfg", "job"], "--cfg: the planner takes only Hydra overrides"),
+                       (["method.module.nope=1"], "method.module.nope"), (["method=nope"], "choose one of")):
+        with pytest.raises(SystemExit) as exit_:
+            cli(argv)
+        assert exit_.value.code == 2 and said in capsys.readouterr().out

@@ -18,7 +18,7 @@ from dpgen.aggregation import dpgradagg, hybrid, pate_vote
 from dpgen.aggregation.dpgradagg import DPGradAggParams
 from dpgen.aggregation.gradient_sanitizer import SanitizerParams
 from dpgen.aggregation.hybrid import HybridParams
-from dpgen.cli.common import CONF_DIR, USER_ERRORS, console, fail
+from dpgen.cli.common import CONF_DIR, USER_ERRORS, check_config, console, fail
 from dpgen.cli.train import build_datamodule
 from dpgen.privacy.cost import StepCost, dpsgd_step
 from dpgen.privacy.dpsgd import noise_multiplier_of
@@ -27,6 +27,13 @@ from dpgen.privacy.gswgan import BOUNDS as GSWGAN_BOUNDS
 from dpgen.privacy.ledger import STANDARD_BOUNDS
 from dpgen.privacy.rdp import DEFAULT_ORDERS
 
+USAGE = """usage: python -m dpgen.cli.plan [override ...]
+
+How many training steps fit the privacy budget, read from the same configs and overrides as train.py, without
+training. For example:
+  python -m dpgen.cli.plan experiment=gpate_mnist_eps1
+  python -m dpgen.cli.plan method=dpcgan data=fashion_mnist privacy.epsilon=1 method.module.noise_multiplier=4
+It prints the cost of one step and the number of steps the budget buys in the best and the worst case."""
 GENERATOR_STEPS = "generator steps (global_step)"
 
 CELEBA_TRAIN, CELEBA_VALID = 162_770, 19_867  # official list_eval_partition.txt: partitions 0 and 1
@@ -179,10 +186,18 @@ def main(argv: list[str] | None = None) -> dict:
     return result
 
 
-def cli() -> None:
-    """Entry point: a user's mistake is one error line and exit status 2."""
+def cli(argv: list[str] | None = None) -> None:
+    """Entry point: `--help` prints the usage; a user's mistake is one error line and exit status 2."""
+    argv = sys.argv[1:] if argv is None else argv
+    if any(arg in ("-h", "--help") for arg in argv):
+        console.print(USAGE, highlight=False, markup=False, soft_wrap=True)
+        return
+    flags = [arg for arg in argv if arg.startswith("-")]
+    if flags:
+        fail(f"{' '.join(flags)}: the planner takes only Hydra overrides such as privacy.epsilon=1 (see --help)")
+    check_config("config", argv)
     try:
-        main()
+        main(argv)
     except (ValueError, *USER_ERRORS) as err:
         fail(str(err))
 
