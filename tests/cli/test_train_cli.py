@@ -139,6 +139,8 @@ def test_wandb_logger_works_offline(tmp_path):
 
 @pytest.mark.slow  # about 24 s: two training jobs
 def test_multirun_sweep_writes_one_folder_per_job(tmp_path):
+    for datamodule in (MNISTDataModule, FashionMNISTDataModule):  # the sweep reads both from this machine
+        installed_or_skip(datamodule, tmp_path / "no-data-here")
     sweep = tmp_path / "sweep"
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
     cmd = [sys.executable, str(REPO / "train.py"), "-m", *TINY_GAN, *NARROW_IMAGE_NETS, "data=mnist,fashion_mnist",
