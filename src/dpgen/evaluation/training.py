@@ -98,24 +98,26 @@ def train_classifier(
         if state_file is not None:
             resumable = Resumable(state_file, settings, (x, y, val_x, val_y), device)
             history, best = resumable.load(model, optimizer, schedule, history, best)
+        # on a GPU the training set moves there once, and the epoch's loss is summed there (no sync per batch)
+        train_x, train_y = (x.to(device), y.to(device)) if device.type == "cuda" else (x, y)
         for epoch in range(len(history) + 1, max_epochs + 1):
             model.train()
             order = torch.randperm(len(x))
-            total = 0.0
+            total = torch.zeros((), dtype=torch.float64, device=device)
             for start in range(0, len(x), batch_size):
-                index = order[start : start + batch_size]
-                batch = x[index]
+                index = order[start : start + batch_size].to(train_x.device)
+                batch = train_x[index]
                 if flip:
-                    mirrored = torch.rand(len(index)) < 0.5
+                    mirrored = (torch.rand(len(index)) < 0.5).to(batch.device)
                     batch = torch.where(mirrored[:, None, None, None], batch.flip(-1), batch)
-                loss = F.cross_entropy(model(batch.to(device)), y[index].to(device))
+                loss = F.cross_entropy(model(batch.to(device)), train_y[index].to(device))
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
                 if schedule is not None:
                     schedule.step()
-                total += loss.item() * len(index)
-            record = {"epoch": epoch, "loss": total / len(x)}
+                total += loss.detach().double() * len(index)
+            record = {"epoch": epoch, "loss": total.item() / len(x)}
             if has_val:
                 record["val_accuracy"] = accuracy(model, val_x, val_y, device=device)
                 if record["val_accuracy"] > best["accuracy"]:
