@@ -1,8 +1,10 @@
-"""The C allocator's settings for the large tensors a training step allocates and frees again."""
+"""The process's memory: the C allocator's settings for the large tensors a training step allocates and frees
+again, giving its free heap back, and the resident size now and at its peak."""
 from __future__ import annotations
 
 import ctypes
 import logging
+import resource
 import sys
 
 log = logging.getLogger(__name__)
@@ -31,3 +33,31 @@ def reuse_freed_memory() -> bool:
     if not ok:
         log.debug("mallopt unavailable: the allocator keeps its defaults")
     return ok
+
+
+def give_back_free_heap() -> bool:
+    """Return the free pages of every malloc arena to the system (glibc's `malloc_trim(0)`): what a step
+    freed, and what a checkpoint or a sample grid allocated once, stop counting as resident until a later step
+    needs them again (`reuse_freed_memory` keeps them otherwise). Returns False where that is not glibc."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
+def rss_gb() -> float | None:
+    """Resident memory of this process now, in GB (VmRSS of /proc/self/status); None where there is no /proc."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 / 1e9 for line in f if line.startswith("VmRSS:"))
+    except (OSError, StopIteration):
+        return None
+
+
+def peak_rss_gb() -> float:
+    """Peak resident memory of this process so far, in GB (ru_maxrss: KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1e9 if sys.platform == "darwin" else 1e9 / 1024)

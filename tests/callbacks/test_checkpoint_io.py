@@ -1,13 +1,16 @@
 """Checkpoints without a second in-memory copy, written atomically, refused when damaged (callbacks/checkpoint_io)."""
 import errno
 import json
+import logging
+import os
+import shutil
 import subprocess
 import sys
 
 import pytest
 import torch
 
-from dpgen.callbacks.checkpoint_io import AtomicCheckpointIO, CheckpointError, load_checkpoint_file
+from dpgen.callbacks.checkpoint_io import AtomicCheckpointIO, CheckpointError, load_checkpoint_file, tensor_bytes
 from dpgen.files import atomic_write_text
 
 # Peak RSS of one checkpoint of a 60-teacher reference ensemble (bf16 moments, ~265 MB), in a fresh process:
@@ -52,22 +55,46 @@ def test_checkpoint_of_the_ensemble_allocates_no_second_copy(tmp_path):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_failed_write_keeps_the_previous_checkpoint_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+def test_failed_write_keeps_the_previous_checkpoint_and_leaves_no_temporary_file(tmp_path, monkeypatch, caplog):
     path = tmp_path / "last.ckpt"
     io = AtomicCheckpointIO()
     io.save_checkpoint({"step": 1, "w": torch.arange(5.0)}, path)
 
-    def disk_full(obj, f):
-        f.write(b"PK\x03\x04 half a checkpoint")
-        raise OSError(errno.ENOSPC, "No space left on device")
+    def failing(code):
+        def write(obj, f):
+            f.write(b"PK\x03\x04 half a checkpoint")
+            raise OSError(code, os.strerror(code))
+        return write
 
-    monkeypatch.setattr(torch, "save", disk_full)
-    with pytest.raises(OSError, match="No space"):
+    monkeypatch.setattr(torch, "save", failing(errno.EACCES))
+    with pytest.raises(OSError, match="Permission denied"):  # not a full disk: the error ends the run
         io.save_checkpoint({"step": 2, "w": torch.zeros(5)}, path)
+    monkeypatch.setattr(torch, "save", failing(errno.ENOSPC))
+    with caplog.at_level(logging.ERROR):  # a full disk: logged, the run goes on
+        io.save_checkpoint({"step": 3, "w": torch.zeros(5)}, path)
+    assert "NOT written: the disk filled up" in caplog.text and "previous checkpoint there is kept" in caplog.text
     monkeypatch.undo()
     kept = io.load_checkpoint(path)
     assert kept["step"] == 1 and torch.equal(kept["w"], torch.arange(5.0))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+
+
+def test_a_checkpoint_larger_than_the_free_space_is_not_started(tmp_path, monkeypatch, caplog):
+    path = tmp_path / "ckpt" / "last.ckpt"
+    checkpoint = {"state_dict": {"a": torch.zeros(1000), "view": None}, "opt": [torch.zeros(10, dtype=torch.float64)]}
+    checkpoint["state_dict"]["view"] = checkpoint["state_dict"]["a"][:10]  # shares a's storage: counted once
+    assert tensor_bytes(checkpoint) == 1000 * 4 + 10 * 8
+    free = {"bytes": 4000}
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: shutil._ntuple_diskusage(10**9, 10**9, free["bytes"]))
+    monkeypatch.setattr(torch, "save", lambda *a: pytest.fail("a write that cannot fit was started"))
+    with caplog.at_level(logging.ERROR):
+        AtomicCheckpointIO().save_checkpoint(checkpoint, path)
+    assert "NOT written: it needs about 0.00 GB" in caplog.text and "no checkpoint exists there yet" in caplog.text
+    assert not path.exists()
+    monkeypatch.undo()
+    free["bytes"] = 4080
+    AtomicCheckpointIO().save_checkpoint(checkpoint, path)
+    assert path.is_file()
 
 
 def test_a_write_removes_its_own_stale_temporary_files_only(tmp_path):

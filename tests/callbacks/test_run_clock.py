@@ -1,6 +1,7 @@
 import time
 
-from dpgen.callbacks.run_clock import RunClock, peak_rss_gb
+from dpgen.callbacks.run_clock import RunClock
+from dpgen.memory import peak_rss_gb
 
 
 def vm_hwm_gb() -> float:

@@ -4,12 +4,16 @@ Lightning's own `TorchCheckpointIO` serialises the whole checkpoint into an in-m
 it, and loads it back into memory in one piece: a second copy of every tensor. G-PATE's teacher ensemble is
 most of the machine's memory (4000 MNIST teachers: 17.8 GB), so that copy is what killed its runs at the first
 checkpoint. Here `torch.save` streams each tensor's storage from where it lives into the file, and loading
-memory-maps the file, so neither direction holds a second copy of the ensemble.
+memory-maps the file, so neither direction holds a second copy of the ensemble. A checkpoint that does not fit
+on the disk is skipped with an error in the log (the previous one is kept) instead of ending a long run.
 """
 from __future__ import annotations
 
 import copy
+import errno
+import logging
 import os
+import shutil
 import pickle
 import zipfile
 from pathlib import Path
@@ -19,6 +23,9 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from dpgen.files import atomic_write
+
+log = logging.getLogger(__name__)
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 class CheckpointError(ValueError):
@@ -67,15 +74,53 @@ def unmap_small(obj, mapped_bytes: int):
     return obj
 
 
+def tensor_bytes(obj) -> int:
+    """Bytes of the distinct tensor storages in `obj` (dicts, lists, tuples): about a checkpoint's file size."""
+    storages: dict[int, int] = {}
+
+    def walk(o):
+        if isinstance(o, torch.Tensor):
+            storage = o.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
+        elif isinstance(o, dict):
+            for v in o.values():
+                walk(v)
+        elif isinstance(o, (list, tuple)):
+            for v in o:
+                walk(v)
+
+    walk(obj)
+    return sum(storages.values())
+
+
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Lightning checkpoint IO (`Trainer(plugins=[AtomicCheckpointIO()])`) with `atomic_save` and
     `load_checkpoint_file`: no second copy of the model in memory either way, and a crash while writing
-    leaves the previous checkpoint usable."""
+    leaves the previous checkpoint usable. A checkpoint the disk cannot hold (too little free space before the
+    write, or the disk filling up during it) is not written: the error is logged, the previous checkpoint
+    stays, and training goes on; a periodic checkpoint is a safety net, not worth a run."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
         if storage_options is not None:
             raise TypeError("AtomicCheckpointIO takes no storage_options")
-        atomic_save(checkpoint, path)
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        need, free = tensor_bytes(checkpoint), shutil.disk_usage(path.parent).free
+        if need > free:
+            return self.skipped(path, f"it needs about {need / 1e9:.2f} GB and {free / 1e9:.2f} GB are free")
+        try:
+            atomic_save(checkpoint, path)
+        except OSError as err:
+            if err.errno not in DISK_FULL:
+                raise
+            self.skipped(path, f"the disk filled up while writing it ({err.strerror}; it needs about "
+                               f"{need / 1e9:.2f} GB)")
+
+    @staticmethod
+    def skipped(path: Path, why: str) -> None:
+        kept = "the previous checkpoint there is kept" if path.exists() else "no checkpoint exists there yet"
+        log.error(f"checkpoint {path} NOT written: {why}; {kept}. Training goes on: free disk space (or set "
+                  f"checkpoint_every_n_steps / hydra.run.dir to a larger disk) to have the next one written")
 
     def load_checkpoint(self, path, map_location=None, weights_only: bool | None = None) -> dict[str, Any]:
         return load_checkpoint_file(path, map_location=map_location)

@@ -8,12 +8,14 @@ import time
 
 import lightning.pytorch as pl
 
+from dpgen.memory import peak_rss_gb, rss_gb
+
 log = logging.getLogger(__name__)
 
 
 class ProgressLog(pl.Callback):
     """Every `every_seconds` of training (and at the end) logs the step, the seconds per step since the
-    last line and the scalars the module logged (losses, epsilon)."""
+    last line, the scalars the module logged (losses, epsilon) and the resident memory now and at its peak."""
 
     def __init__(self, every_seconds: float = 60.0):
         if every_seconds < 0:
@@ -24,11 +26,13 @@ class ProgressLog(pl.Callback):
     def line(self, trainer) -> str:
         now, step = time.monotonic(), trainer.global_step
         # no pace when no step ran since the last line (the end line right after one, a resumed finished run)
-        pace = f"{(now - self._last_time) / (step - self._last_step):.3g} s/step " if step > self._last_step else ""
+        parts = [f"{(now - self._last_time) / (step - self._last_step):.3g} s/step"] if step > self._last_step else []
         self._last_time, self._last_step = now, step
-        scalars = " ".join(f"{k}={float(v):.4g}" for k, v in sorted(trainer.callback_metrics.items())
-                           if v.numel() == 1)  # Lightning keeps logged values as tensors
-        return f"step {step}: {pace}{scalars}".rstrip()
+        parts += [f"{k}={float(v):.4g}" for k, v in sorted(trainer.callback_metrics.items())
+                  if v.numel() == 1]  # Lightning keeps logged values as tensors
+        rss = rss_gb()
+        parts += ([f"rss={rss:.2f}GB"] if rss is not None else []) + [f"peak_rss={peak_rss_gb():.2f}GB"]
+        return f"step {step}: " + " ".join(parts)
 
     def on_train_start(self, trainer, pl_module):
         self._last_time, self._last_step = time.monotonic(), trainer.global_step

@@ -1,19 +1,13 @@
 """`RunClock`: training time and peak memory of a run, summed over the processes of a resumed run."""
 from __future__ import annotations
 
-import resource
-import sys
 import time
 
 import lightning.pytorch as pl
 
+from dpgen.memory import peak_rss_gb
+
 KEY = "run_clock"
-
-
-def peak_rss_gb() -> float:
-    """Peak resident memory of this process so far, in GB (ru_maxrss: KiB on Linux, bytes on macOS)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / (1e9 if sys.platform == "darwin" else 1e9 / 1024)
 
 
 class RunClock(pl.Callback):

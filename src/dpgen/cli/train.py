@@ -17,11 +17,13 @@ from dpgen.callbacks.privacy_budget import PrivacyBudget
 from dpgen.callbacks.progress_log import ProgressLog
 from dpgen.callbacks.random_state import RandomState
 from dpgen.callbacks.release import FreePrivateModules, Release
-from dpgen.callbacks.run_clock import RunClock, peak_rss_gb
+from dpgen.callbacks.free_heap import FreeHeap
+from dpgen.callbacks.run_clock import RunClock
 from dpgen.callbacks.sample_grid import SampleGrid
 from dpgen.cli.common import CONF_DIR, check_config, command_line, fail, machine, print_summary, run_job
 from dpgen.distributed import process_rank
 from dpgen.files import atomic_write_text
+from dpgen.memory import peak_rss_gb
 
 
 def build_datamodule(cfg: DictConfig):
@@ -52,6 +54,7 @@ def build_callbacks(cfg: DictConfig, out: Path, release: Callable[[pl.LightningM
         ProgressLog(every_seconds=cfg.progress_log_every_seconds),
         RandomState(),
         RunClock(),
+        FreeHeap(),
     ]
     if release is not None:
         callbacks.append(Release(release))
