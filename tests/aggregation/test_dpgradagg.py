@@ -76,3 +76,24 @@ def test_smooth_projection_refuses_what_it_cannot_do():
         dpgradagg.dp_grad_agg(torch.zeros(2, 3, 4), p, np.array([2.0]), shape=(4,))
     with pytest.raises(ValueError, match="does not have"):
         dpgradagg.dp_grad_agg(torch.zeros(2, 3, 4), p, np.array([2.0]), shape=(1, 3, 3))
+
+
+@pytest.mark.parametrize("proj_dim", [3, None])
+def test_projecting_chunks_of_teachers_then_aggregating_is_dp_grad_agg(proj_dim):
+    # the G-PATE step projects each chunk of teachers as their gradients are computed; with the same secret
+    # generator (projection drawn first, then the noise) it releases exactly what dp_grad_agg releases
+    p = DPGradAggParams(clip=0.5, bins=4, proj_dim=proj_dim, sigma1=2.0, sigma2=1.0, threshold=0.5)
+    grads = torch.randn(7, 4, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(2)) * 0.3
+    orders = np.array([2.0, 8.0])
+    whole, whole_release = dpgradagg.dp_grad_agg(grads, p, orders, torch.Generator().manual_seed(5), shape=(12,))
+    noise = torch.Generator().manual_seed(5)
+    proj = dpgradagg.draw_projection(4, (12,), p, noise, torch.float64)
+    chunks = torch.cat([dpgradagg.project(grads[s:s + 3], proj) for s in range(0, 7, 3)])
+    private, release = dpgradagg.aggregate(chunks, proj, p, orders, noise)
+    torch.testing.assert_close(private, whole, rtol=0, atol=1e-15)
+    assert np.array_equal(release.votes, whole_release.votes) and np.array_equal(release.answered,
+                                                                                  whole_release.answered)
+    assert all(np.array_equal(release.rdp[k], whole_release.rdp[k]) for k in release.rdp)
+    if proj_dim is not None:
+        with pytest.raises(ValueError, match="do not match"):
+            dpgradagg.project(grads[:, :3], proj)

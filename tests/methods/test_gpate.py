@@ -129,7 +129,7 @@ def test_generator_learns_only_through_dpgradagg(monkeypatch, label_matched_fake
     another data set (all records shifted) with the same seeds, and its DPGradAgg outputs are replaced by
     A's. If the generator received anything else from the private data, B's generator would differ from A's;
     it is bit-identical. Control: without the replay, B's generator differs."""
-    real = dpgradagg.dp_grad_agg
+    real = dpgradagg.aggregate
     outputs = []
 
     def record(*args, **kw):
@@ -137,7 +137,7 @@ def test_generator_learns_only_through_dpgradagg(monkeypatch, label_matched_fake
         return outputs[-1]
 
     def run(shift, agg):
-        monkeypatch.setattr(gpate, "dp_grad_agg", agg)
+        monkeypatch.setattr(gpate, "aggregate", agg)
         torch.manual_seed(0)
         model = tiny(label_matched_fakes=label_matched_fakes)
         fit(model, 4, shift=shift)

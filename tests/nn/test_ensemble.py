@@ -94,6 +94,16 @@ def test_input_grads_are_the_summed_loss_gradient_over_b():
     torch.testing.assert_close(ens.input_grads(fake_x, fake_y)[1], summed.reshape(5, -1) / 5, rtol=0, atol=1e-14)
 
 
+def test_projected_input_grads_are_the_input_grads_projected_per_sample():
+    ens = TeacherEnsemble(5, (1, 28, 28), 10, chunk_size=2).to(torch.float64)  # chunks of 2, 2 and 1 teachers
+    _, _, fake_x, fake_y = batches(5, 3, (1, 28, 28), 10, seed=0)
+    proj = torch.randn(3, 784, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    full = ens.input_grads(fake_x, fake_y)
+    projected = ens.input_grads(fake_x, fake_y, project=proj)
+    assert projected.shape == (5, 3, 4)
+    torch.testing.assert_close(projected, torch.einsum("tbd,bdk->tbk", full, proj), rtol=1e-12, atol=1e-18)
+
+
 def test_bf16_moments_are_rounded_copies_and_first_step_is_exact():
     n, b = 2, 3
     data = [t.float() if t.is_floating_point() else t for t in batches(n, b, (1, 28, 28), 10, seed=0)]

@@ -101,27 +101,54 @@ def dp_grad_agg(grads: torch.Tensor, p: DPGradAggParams, orders: np.ndarray, gen
     the sample `shape` with `p.smooth`); each of the k projected coordinates is one Confident-GNMax query;
     unanswered coordinates are 0; the answer is the midpoint of the chosen bin; back-projection is u_priv R^T
     (lines 3-11). Without projection (`proj_dim=None`, Table 4 "N/A") every coordinate of the gradient is a
-    query and R is the identity.
+    query and R is the identity. The same as `aggregate(project(grads, R), R)` with R = `draw_projection()`;
+    a caller that projects each chunk of teachers as it computes their gradients never holds all of them.
 
     `distributed=True` (torch.distributed initialised): `grads` are this process's slice of the teachers. The
     projection and the noise are drawn by rank 0 alone (from its `generator`) and broadcast; the vote histograms,
     sums over teachers, are all-reduced exactly; every process returns the same private gradients and Release."""
-    n_local, n_samples, dim = grads.shape
+    n_samples, dim = grads.shape[1:]
     if shape is not None and int(np.prod(shape)) != dim:
         raise ValueError(f"sample shape {tuple(shape)} does not have the gradients' {dim} coordinates")
-    lead = not distributed or dist.get_rank() == 0
-    n_teachers = n_local if not distributed else int(all_summed(torch.tensor([n_local], device=grads.device)))
-    k = p.queries_per_sample(dim)
+    proj = draw_projection(n_samples, (dim,) if shape is None else shape, p, generator, grads.dtype, grads.device,
+                           distributed)
+    return aggregate(project(grads, proj), proj, p, orders, generator, distributed)
+
+
+def draw_projection(n_samples: int, shape, p: DPGradAggParams, generator=None, dtype=torch.float32, device=None,
+                    distributed: bool = False) -> torch.Tensor | None:
+    """Algorithm 2 line 3: the projections R (n_samples, dim, k) of one batch of samples of `shape`, drawn by
+    rank 0 and broadcast when `distributed`; None without projection (`proj_dim=None`)."""
     if p.proj_dim is None:
-        proj = None
-        projected = grads.reshape(n_local, n_samples * k)
+        return None
+    dim = int(np.prod(shape))
+    if not distributed or dist.get_rank() == 0:
+        proj = projection(n_samples, shape, p.proj_dim, p.smooth, generator, dtype, device)
     else:
-        proj = (projection(n_samples, (dim,) if shape is None else shape, k, p.smooth, generator, grads.dtype,
-                           grads.device) if lead else torch.empty(n_samples, dim, k, dtype=grads.dtype,
-                                                                   device=grads.device))
-        proj = from_lead(proj, distributed)
-        projected = torch.einsum("tsd,sdk->tsk", grads, proj).reshape(n_local, n_samples * k)
-    votes = vote_histograms(projected, p.clip, p.bins)
+        proj = torch.empty(n_samples, dim, p.proj_dim, dtype=dtype, device=device)
+    return from_lead(proj, distributed)
+
+
+def project(grads: torch.Tensor, proj: torch.Tensor | None) -> torch.Tensor:
+    """Algorithm 2 line 4 for each teacher t and sample j: u_tj = g_tj R_j, (teachers, samples, dim) ->
+    (teachers, samples, k). Linear, so it may be applied to any subset of the teachers. Without projection
+    (`proj` None) the gradients themselves."""
+    if proj is None:
+        return grads
+    if grads.shape[1:] != proj.shape[:2]:
+        raise ValueError(f"gradients {tuple(grads.shape)} do not match projections {tuple(proj.shape)}")
+    return torch.einsum("tsd,sdk->tsk", grads, proj)
+
+
+def aggregate(projected: torch.Tensor, proj: torch.Tensor | None, p: DPGradAggParams, orders: np.ndarray,
+              generator=None, distributed: bool = False):
+    """Algorithm 2 lines 5-11 on the projected gradients `project(grads, proj)` (teachers, samples, k) of every
+    teacher (this process's slice when `distributed`): vote histograms, Confident-GNMax per coordinate, bin
+    midpoints, back-projection u_priv R^T -> (private gradients (samples, dim), Release)."""
+    n_local, n_samples, k = projected.shape
+    lead = not distributed or dist.get_rank() == 0
+    n_teachers = n_local if not distributed else int(all_summed(torch.tensor([n_local], device=projected.device)))
+    votes = vote_histograms(projected.reshape(n_local, n_samples * k), p.clip, p.bins)
     votes = all_summed(votes) if distributed else votes
     if lead:
         answered, chosen = confident_gnmax(votes, n_teachers, p, generator)
@@ -129,9 +156,9 @@ def dp_grad_agg(grads: torch.Tensor, p: DPGradAggParams, orders: np.ndarray, gen
         answered, chosen = (torch.empty(len(votes), dtype=dtype, device=votes.device) for dtype in (torch.bool, torch.long))
     answered, chosen = from_lead(answered, distributed), from_lead(chosen, distributed)
     width = 2 * p.clip / p.bins
-    midpoint = -p.clip + (chosen.to(grads.dtype) + 0.5) * width
+    midpoint = -p.clip + (chosen.to(projected.dtype) + 0.5) * width
     u_priv = torch.where(answered, midpoint, torch.zeros_like(midpoint)).view(n_samples, 1, k)
-    private = u_priv.view(n_samples, dim) if proj is None else (u_priv @ proj.transpose(1, 2)).squeeze(1)
+    private = u_priv.view(n_samples, k) if proj is None else (u_priv @ proj.transpose(1, 2)).squeeze(1)
     votes_np, answered_np = votes.cpu().numpy(), answered.cpu().numpy()
     dep, indep = rdp_confident_gnmax_batch(votes_np, p.threshold * n_teachers, p.sigma1, p.sigma2, orders,
                                            answered_np)

@@ -11,7 +11,9 @@ FASHION_CLASSES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sanda
 
 
 def to_tensor_data(images, labels) -> TensorData:
-    x = torch.from_numpy(images).float().div_(255).unsqueeze(1)  # stored float32: 188 MB for 60k, `x` is free
+    # stored as the uint8 pixels (47 MB for 60k instead of 188 MB as float32): records become k/255 floats when
+    # indexed, bit for bit what converting everything up front gave
+    x = torch.from_numpy(images.astype("uint8", copy=False)).unsqueeze(1)
     return TensorData(x, torch.from_numpy(labels.astype("int64")))
 
 

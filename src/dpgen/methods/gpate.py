@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch.nn.functional import mse_loss
 
-from dpgen.aggregation.dpgradagg import DPGradAggParams, dp_grad_agg, from_lead, step_cost
+from dpgen.aggregation.dpgradagg import DPGradAggParams, aggregate, draw_projection, from_lead, step_cost
 from dpgen.aggregation.noise import secret_generator
 from dpgen.callbacks.checkpoint_io import CheckpointError
 from dpgen.distributed import process_rank, teacher_slice
@@ -163,13 +163,17 @@ class GPATE(PrivateGenerator):
             d_loss = self.ensemble.train_step(real_x, real_y, pool, real_y, by_label=True)
         else:
             d_loss = self.ensemble.train_step(real_x, real_y, fake.detach(), fake_y)
+        if self.noise is None or self.noise.device != self.ensemble.device:
+            self.noise = secret_generator(self.ensemble.device)
+        # Algorithm 2 line 3, drawn before the teachers' gradients so that each chunk of teachers is projected
+        # as soon as its gradients exist (line 4): all teachers' full gradients are never held at once
+        proj = draw_projection(b, self.shape, self.agg, self.noise, self.ensemble.dtype, self.ensemble.device,
+                               self.distributed)
         # Delta x = dL_D/dx (equation 1): minus the gradient of the generator loss BCE(D(x), 1), i.e. the
-        # direction that makes the fake look more real to each teacher (the reference negates it too).
-        grads = self.ensemble.input_grads(fake.detach(), fake_y, real_x, real_y).neg_()  # (teachers, b, dim)
-        if self.noise is None or self.noise.device != grads.device:
-            self.noise = secret_generator(grads.device)
-        private, release = dp_grad_agg(grads, self.agg, self.orders, self.noise, shape=self.shape,
-                                       distributed=self.distributed)
+        # direction that makes the fake look more real to each teacher (the reference negates it too); projected
+        # (linear), so the negation applies to the projected coordinates.
+        projected = self.ensemble.input_grads(fake.detach(), fake_y, real_x, real_y, project=proj).neg_()
+        private, release = aggregate(projected, proj, self.agg, self.orders, self.noise, distributed=self.distributed)
         self.ledger.record("confident_gnmax", release.rdp, count=len(release.answered),
                            params={"sigma1": self.agg.sigma1, "sigma2": self.agg.sigma2,
                                    "threshold": self.agg.threshold * self.n_teachers,
