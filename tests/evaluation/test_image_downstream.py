@@ -52,7 +52,7 @@ def test_max_test_accuracy_is_the_best_epoch_on_the_test_set_and_is_reported_apa
     highest test accuracy over the epochs is `max_test_accuracy`, that of the model stopped at its epoch."""
     x, y = mnist["train"]
     kwargs = dict(num_classes=10, val_fraction=0.0, optimizer="sgd", lr=0.05, batch_size=64, cnn="reference_script",
-                  progress=False)
+                  progress=False, device="cpu")  # bit-for-bit equal runs: GPU kernels do not repeat exactly
     long = image_accuracy(x[:400], y[:400], *mnist["test"], max_epochs=5, **kwargs)
     assert long["n_val"] == 0 and long["epochs_run"] == 5 and 1 <= long["max_test_epoch"] <= 5
     short = image_accuracy(x[:400], y[:400], *mnist["test"], max_epochs=long["max_test_epoch"], **kwargs)
@@ -66,7 +66,7 @@ def test_sgd_is_plain_sgd_and_unknown_optimizers_are_refused(mnist):
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))
     by_hand = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))
     by_hand.load_state_dict(model.state_dict())
-    train_classifier(model, x[:64], y[:64], max_epochs=1, batch_size=64, lr=0.1, optimizer="sgd")  # one step
+    train_classifier(model, x[:64], y[:64], max_epochs=1, batch_size=64, lr=0.1, optimizer="sgd", device="cpu")  # 1 step
     torch.nn.functional.cross_entropy(by_hand(x[:64]), y[:64]).backward()
     for p, q in zip(model.parameters(), by_hand.parameters()):
         assert torch.allclose(p, q - 0.1 * q.grad, atol=1e-6)  # p - lr * grad: no momentum, no decay
@@ -133,7 +133,7 @@ def test_a_killed_classifier_training_continues_from_its_state_file_to_the_same_
 
     x, y = mnist["train"]
     kwargs = dict(val_x=x[300:400], val_y=y[300:400], test_x=x[400:500], test_y=y[400:500], max_epochs=4,
-                  batch_size=64, lr=0.05, optimizer="sgd")
+                  batch_size=64, lr=0.05, optimizer="sgd", device="cpu")  # bit-for-bit: not on a GPU
 
     def fit(state_file=None):
         torch.manual_seed(0)

@@ -123,7 +123,7 @@ class DownstreamUtility(EvaluationCallback):
 
     def evaluate(self, trainer, pl_module) -> dict:
         test = trainer.datamodule.test_data
-        if test.stored.dim() == 4:
+        if test.x.dim() == 4:
             labels = torch.arange(self.n_samples) % trainer.datamodule.num_classes
         else:
             labels = None  # tables: the method's own class ratio
@@ -133,7 +133,7 @@ class DownstreamUtility(EvaluationCallback):
     def evaluate_synthetic(self, x: torch.Tensor, y: torch.Tensor, dm, device=None) -> dict:
         """The evaluation of a given synthetic set against the datamodule's real data (also evaluate.py's)."""
         test = dm.test_data
-        if test.stored.dim() == 4:
+        if test.x.dim() == 4:
             return image_accuracy(
                 x, y, test.x, test.y, num_classes=dm.num_classes, val_fraction=self.val_fraction,
                 max_epochs=self.max_epochs, patience=self.patience, batch_size=self.batch_size, optimizer=self.optimizer,

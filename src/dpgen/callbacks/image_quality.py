@@ -50,14 +50,14 @@ class ImageQuality(EvaluationCallback):
         return full_recipe(self.classifier_recipes.get(dataset, self.classifier_recipes["default"]))
 
     def evaluate(self, trainer, pl_module) -> dict:
-        if trainer.datamodule.test_data.stored.dim() != 4:
+        if trainer.datamodule.test_data.x.dim() != 4:
             return {}
         x, y = self.synthetic(pl_module, torch.arange(self.n_samples) % trainer.datamodule.num_classes)
         return self.evaluate_synthetic(x, y, trainer.datamodule, pl_module.device)
 
     def evaluate_synthetic(self, x: torch.Tensor, y: torch.Tensor, dm, device=None) -> dict:
         """IS / FID of a given synthetic image set against the datamodule's real data (also evaluate.py's)."""
-        if dm.test_data.stored.dim() != 4:
+        if dm.test_data.x.dim() != 4:
             return {}
         if self.classifier is None:
             self.classifier, self.classifier_info = domain_classifier_for(
