@@ -13,8 +13,8 @@ import copy
 import errno
 import logging
 import os
-import shutil
 import pickle
+import shutil
 import zipfile
 from pathlib import Path
 from typing import Any

@@ -13,11 +13,11 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from dpgen.callbacks.checkpoint_io import AtomicCheckpointIO, atomic_save
+from dpgen.callbacks.free_heap import FreeHeap
 from dpgen.callbacks.privacy_budget import PrivacyBudget
 from dpgen.callbacks.progress_log import ProgressLog
 from dpgen.callbacks.random_state import RandomState
 from dpgen.callbacks.release import FreePrivateModules, Release
-from dpgen.callbacks.free_heap import FreeHeap
 from dpgen.callbacks.run_clock import RunClock
 from dpgen.callbacks.sample_grid import SampleGrid
 from dpgen.cli.common import CONF_DIR, check_config, command_line, fail, machine, print_summary, run_job
