@@ -36,13 +36,15 @@ def test_freed_heap_memory_stays_resident_until_given_back():
 
 
 def test_free_heap_is_throttled(monkeypatch):
-    calls, clock = [], iter([0.0, 5.0, 12.0, 13.0, 30.0, 31.0])
+    calls, clock = [], iter([0.0, 1.0, 6.0, 12.0, 13.0, 30.0, 31.0])
     monkeypatch.setattr("dpgen.callbacks.free_heap.time", SimpleNamespace(monotonic=lambda: next(clock)))
     monkeypatch.setattr("dpgen.callbacks.free_heap.give_back_free_heap", lambda: calls.append(1))
     cb = FreeHeap(every_seconds=10)  # t = 0
+    cb.on_train_start(None, None)  # always (after a resumed run's restore), then t = 1
+    assert len(calls) == 1
     for _ in range(3):
-        cb.on_train_batch_end(None, None, None, None, 0)  # t = 5 (no), 12 (yes, then t = 13), 30 (yes)
-    assert len(calls) == 2
+        cb.on_train_batch_end(None, None, None, None, 0)  # t = 6 (no), 12 (yes, then t = 13), 30 (yes)
+    assert len(calls) == 3
     with pytest.raises(ValueError, match="every_seconds"):
         FreeHeap(every_seconds=-1)
 

@@ -145,7 +145,7 @@ size = sum(b.numel() * b.element_size() for b in ensemble.buffers())
 with open("/proc/self/clear_refs", "w") as f:
     f.write("5")  # the peak (VmHWM) restarts here: only what the load allocates counts, not earlier peaks
 before = status("VmRSS")
-state = load_checkpoint_file(path, mapped_bytes=0)["state_dict"]
+state = load_checkpoint_file(path)["state_dict"]  # every stack < MAPPED_BYTES: the state dict stays mapped
 if mode == "chunked":
     ensemble.load_state_dict(state)
 else:
@@ -185,11 +185,12 @@ def test_file_pages_are_released_and_read_again_but_anonymous_memory_is_never_to
     assert torch.equal(mapped, anonymous)  # read again from the file
 
 
-def test_small_tensors_of_a_loaded_checkpoint_are_copied_large_ones_stay_mapped(tmp_path):
-    AtomicCheckpointIO().save_checkpoint({"small": [torch.ones(10)], "large": {"w": torch.ones(2**20)}},
-                                         tmp_path / "c.ckpt")
+def test_small_tensors_of_a_loaded_checkpoint_are_copied_large_ones_and_the_model_stay_mapped(tmp_path):
+    AtomicCheckpointIO().save_checkpoint({"small": [torch.ones(10)], "large": {"w": torch.ones(2**20)},
+                                          "state_dict": {"b": torch.ones(10)}}, tmp_path / "c.ckpt")
     loaded = load_checkpoint_file(tmp_path / "c.ckpt", mapped_bytes=2**20)
     from dpgen.files import file_mapping
     assert file_mapping(loaded["large"]["w"].data_ptr()) is not None
+    assert file_mapping(loaded["state_dict"]["b"].data_ptr()) is not None  # copied into the model by its load
     assert file_mapping(loaded["small"][0].data_ptr()) is None
     assert torch.equal(loaded["small"][0], torch.ones(10))

@@ -14,10 +14,12 @@ from PIL import Image
 
 from dpgen.callbacks import PrivacyBudget
 from dpgen.callbacks.downstream import EvaluationCallback
+from dpgen.callbacks.privacy_budget import LEDGER_KEY
 from dpgen.callbacks.sample_grid import SampleGrid
 from dpgen.cli.common import CONF_DIR, check_config
 from dpgen.cli.train import build_callbacks
 from dpgen.data.mnist import FashionMNISTDataModule, MNISTDataModule
+from dpgen.privacy.ledger import PrivacyLedger
 from fixtures import installed_or_skip, write_celeba, write_credit, write_image_folder
 
 REPO = Path(__file__).resolve().parents[2]
@@ -239,6 +241,22 @@ def test_the_teachers_are_checkpointed_then_freed_before_the_evaluation(tmp_path
     assert json.loads((run / "metrics.json").read_text())["downstream"]["teachers_held"] == 0.0
     state = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     assert state["global_step"] == 2 and state["state_dict"]["ensemble.params.fc_weight"].shape[0] == 4
+
+
+def test_the_final_checkpoint_holds_the_last_step_when_an_earlier_one_was_written(tmp_path):
+    # a checkpoint at step 2 of 3: resuming from it would redo step 3, whose generator the run released,
+    # without its privacy cost in the ledger
+    overrides = [o for o in TINY_GPATE if not o.startswith(("trainer.max_steps", "checkpoint_every_n_steps"))]
+    result = train(tmp_path, *overrides, "trainer.max_steps=3", "checkpoint_every_n_steps=2", "~eval.callbacks.downstream")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run = tmp_path / "run"
+    state = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert state["global_step"] == 3 and state["state_dict"]["ensemble.params.fc_weight"].shape[0] == 4
+    ledger = PrivacyLedger()
+    ledger.load_state_dict(state[LEDGER_KEY])
+    privacy = json.loads((run / "privacy.json").read_text())
+    assert privacy["epsilon"] > 0
+    assert ledger.epsilon(privacy["delta"], bound=privacy["governing_bound"])[0] == privacy["epsilon"]
 
 
 def test_a_resumed_run_keeps_the_csv_log_of_its_first_process(tmp_path):

@@ -2,6 +2,7 @@ import pytest
 import torch
 from torch.nn.functional import binary_cross_entropy_with_logits as bce
 
+from dpgen.aggregation.dpgradagg import project
 from dpgen.nn.ensemble import TeacherEnsemble, key
 
 
@@ -99,7 +100,14 @@ def test_projected_input_grads_are_the_input_grads_projected_per_sample():
     _, _, fake_x, fake_y = batches(5, 3, (1, 28, 28), 10, seed=0)
     proj = torch.randn(3, 784, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     full = ens.input_grads(fake_x, fake_y)
-    projected = ens.input_grads(fake_x, fake_y, project=proj)
+    chunks = []
+
+    def projected_chunk(g):  # DPGradAgg's projection, one chunk of teachers at a time
+        chunks.append(len(g))
+        return project(g, proj)
+
+    projected = ens.input_grads(fake_x, fake_y, transform=projected_chunk)
+    assert chunks == [2, 2, 1]
     assert projected.shape == (5, 3, 4)
     torch.testing.assert_close(projected, torch.einsum("tbd,bdk->tbk", full, proj), rtol=1e-12, atol=1e-18)
 

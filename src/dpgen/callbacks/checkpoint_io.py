@@ -39,14 +39,17 @@ def atomic_save(obj: Any, path: str | os.PathLike) -> None:
 
 
 MAPPED_BYTES = 256 * 2**20  # tensors at least this large stay memory-mapped when loaded; smaller ones are copied
+MODEL_KEY = "state_dict"  # a Lightning checkpoint's model tensors
 
 
 def load_checkpoint_file(path: str | os.PathLike, map_location=None, mapped_bytes: int = MAPPED_BYTES) -> dict:
-    """A checkpoint written by `atomic_save` (or `torch.save`), memory-mapped: its large tensors (the teacher
-    ensemble's stacks) are read from the file when they are copied into the model, not first into memory. Small
-    tensors are copied at once, so that optimizer states holding them do not keep the whole file mapped (and
-    its disk space taken) after the checkpoint is replaced. A file that is not a whole checkpoint raises
-    `CheckpointError` naming it."""
+    """A checkpoint written by `atomic_save` (or `torch.save`), memory-mapped: the model's tensors (its
+    "state_dict", the teacher ensemble's stacks among them) and other large tensors are read from the file when
+    they are copied into the model, not first into memory; the ensemble copies a chunk of teachers at a time and
+    gives the file's pages back. Small tensors outside the state dict (optimizer states, which an optimizer may
+    keep by reference) are copied at once, so that they do not keep the whole file mapped (and its disk space
+    taken) after the checkpoint is replaced. A file that is not a whole checkpoint raises `CheckpointError`
+    naming it."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint file not found: {path} (resume= takes <run dir>/checkpoints/last.ckpt)")
@@ -57,39 +60,39 @@ def load_checkpoint_file(path: str | os.PathLike, map_location=None, mapped_byte
     except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile) as err:
         raise CheckpointError(f"checkpoint {path} is truncated or corrupted and was not loaded ({err}); "
                               f"resume from another checkpoint, or start a new run") from err
+    if isinstance(checkpoint, dict) and MODEL_KEY in checkpoint:  # load_state_dict copies these into the model
+        return {k: v if k == MODEL_KEY else unmap_small(v, mapped_bytes) for k, v in checkpoint.items()}
     return unmap_small(checkpoint, mapped_bytes)
 
 
-def unmap_small(obj, mapped_bytes: int):
-    """`obj` with every tensor smaller than `mapped_bytes` replaced by an in-memory copy (in dicts, lists and
-    tuples)."""
+def map_tensors(obj, fn):
+    """`obj` with every tensor t in its dicts, lists and tuples replaced by fn(t); other objects (namedtuples
+    included) are kept as they are."""
     if isinstance(obj, torch.Tensor):
-        return obj.clone() if obj.untyped_storage().nbytes() < mapped_bytes else obj
+        return fn(obj)
     if isinstance(obj, dict):
         out = copy.copy(obj)  # keeps the type, and a state dict's _metadata
-        out.update((k, unmap_small(v, mapped_bytes)) for k, v in obj.items())
+        out.update((k, map_tensors(v, fn)) for k, v in obj.items())
         return out
     if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
-        return type(obj)(unmap_small(v, mapped_bytes) for v in obj)
+        return type(obj)(map_tensors(v, fn) for v in obj)
     return obj
 
 
+def unmap_small(obj, mapped_bytes: int):
+    """`obj` with every tensor smaller than `mapped_bytes` replaced by an in-memory copy."""
+    return map_tensors(obj, lambda t: t.clone() if t.untyped_storage().nbytes() < mapped_bytes else t)
+
+
 def tensor_bytes(obj) -> int:
-    """Bytes of the distinct tensor storages in `obj` (dicts, lists, tuples): about a checkpoint's file size."""
+    """Bytes of the distinct tensor storages in `obj`: about a checkpoint's file size."""
     storages: dict[int, int] = {}
 
-    def walk(o):
-        if isinstance(o, torch.Tensor):
-            storage = o.untyped_storage()
-            storages[storage.data_ptr()] = storage.nbytes()
-        elif isinstance(o, dict):
-            for v in o.values():
-                walk(v)
-        elif isinstance(o, (list, tuple)):
-            for v in o:
-                walk(v)
+    def note(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
 
-    walk(obj)
+    map_tensors(obj, note)
     return sum(storages.values())
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import Callable
 
 import lightning.pytorch as pl
@@ -48,15 +49,29 @@ class Release(WritesAtTrainEnd):
 
 
 class FreePrivateModules(pl.Callback):
-    """When training ends, after `Release` and before the evaluation callbacks: writes the final checkpoint if
-    none was written yet (ModelCheckpoint's save-last at train end, brought ahead of the evaluation), then drops
-    the method's `private_modules` (G-PATE's and PATE-GAN's teacher ensembles, GS-WGAN's critics). Evaluation
-    samples the generator only, and a 4000-teacher G-PATE ensemble (17.8 GB) would otherwise stay in memory
-    through it. After this hook those attributes are None; the checkpoints hold them."""
+    """When training ends, after `Release` and before the evaluation callbacks: writes the final checkpoint
+    (`last.ckpt` of each ModelCheckpoint with `save_last`) unless the last one written holds the final step,
+    then drops the method's `private_modules` (G-PATE's and PATE-GAN's teacher ensembles, GS-WGAN's critics).
+    The final checkpoint holds the ledger of everything the run released (generator.pt, the final grid): a run
+    resumed from an earlier one would redo released steps without counting them. Evaluation samples the
+    generator only, and a 4000-teacher G-PATE ensemble (17.8 GB) would otherwise stay in memory through it.
+    After this hook those attributes are None; the checkpoints hold them."""
+
+    _saved_step: int | None = None
+
+    def on_fit_start(self, trainer, pl_module):
+        self._saved_step = None
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        self._saved_step = trainer.global_step
 
     def on_train_end(self, trainer, pl_module):
-        for checkpoint in trainer.checkpoint_callbacks:
-            checkpoint.on_train_end(trainer, pl_module)  # a no-op where it has saved already
+        for cb in trainer.checkpoint_callbacks:
+            cb.on_train_end(trainer, pl_module)  # ModelCheckpoint's save-last when none was written, brought ahead
+        if self._saved_step != trainer.global_step:  # the last one written holds an earlier step
+            for cb in trainer.checkpoint_callbacks:
+                if getattr(cb, "save_last", False) and cb.dirpath:
+                    trainer.save_checkpoint(Path(cb.dirpath) / f"{cb.CHECKPOINT_NAME_LAST}{cb.FILE_EXTENSION}")
         for name in getattr(pl_module, "private_modules", ()):
             setattr(pl_module, name, None)
         gc.collect()

@@ -4,12 +4,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+from functools import partial
 
 import numpy as np
 import torch
 from torch.nn.functional import mse_loss
 
-from dpgen.aggregation.dpgradagg import DPGradAggParams, aggregate, draw_projection, from_lead, step_cost
+from dpgen.aggregation.dpgradagg import DPGradAggParams, aggregate, draw_projection, from_lead, project, step_cost
 from dpgen.aggregation.noise import secret_generator
 from dpgen.callbacks.checkpoint_io import CheckpointError
 from dpgen.distributed import process_rank, teacher_slice
@@ -172,7 +173,8 @@ class GPATE(PrivateGenerator):
         # Delta x = dL_D/dx (equation 1): minus the gradient of the generator loss BCE(D(x), 1), i.e. the
         # direction that makes the fake look more real to each teacher (the reference negates it too); projected
         # (linear), so the negation applies to the projected coordinates.
-        projected = self.ensemble.input_grads(fake.detach(), fake_y, real_x, real_y, project=proj).neg_()
+        projected = self.ensemble.input_grads(fake.detach(), fake_y, real_x, real_y,
+                                              transform=partial(project, proj=proj)).neg_()
         private, release = aggregate(projected, proj, self.agg, self.orders, self.noise, distributed=self.distributed)
         self.ledger.record("confident_gnmax", release.rdp, count=len(release.answered),
                            params={"sigma1": self.agg.sigma1, "sigma2": self.agg.sigma2,

@@ -9,7 +9,7 @@ chunk's tensors. Gradients exist for one chunk at a time only.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch import nn
@@ -281,7 +281,8 @@ class TeacherEnsemble(nn.Module):
 
     @torch.enable_grad()
     def input_grads(self, fake_x: torch.Tensor, fake_y: torch.Tensor, real_x: torch.Tensor | None = None,
-                    real_y: torch.Tensor | None = None, project: torch.Tensor | None = None) -> torch.Tensor:
+                    real_y: torch.Tensor | None = None,
+                    transform: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
         """Per teacher t and fake sample j: d/dx_j of teacher t's generator loss mean_j' BCE(D_t(x_j', y_j'), 1).
 
         With `joint_batch_norm` the fake batch is normalised together with teacher t's own real batch
@@ -293,16 +294,15 @@ class TeacherEnsemble(nn.Module):
         derivative (sample j also acts through the batch statistics). Uses the current (updated) weights.
         The reference's perturbation is the NEGATIVE of this. Returns (T, b, prod(in_shape)).
 
-        `project` (b, prod(in_shape), k): each chunk's gradients are multiplied by sample j's matrix as soon as
-        they are computed (DPGradAgg's projection, `aggregation.dpgradagg.project`), and (T, b, k) is returned:
-        the (T, b, prod(in_shape)) gradients of all teachers are never held (188 MB at 4000 MNIST teachers).
+        `transform` maps each chunk's (n, b, prod(in_shape)) gradients as soon as they are computed, and the
+        chunks' results are stacked: G-PATE passes DPGradAgg's projection to (n, b, k), so the (T, b,
+        prod(in_shape)) gradients of all teachers are never held (188 MB at 4000 MNIST teachers).
         """
         if self.joint_batch_norm and real_x is None:
             raise ValueError("joint_batch_norm: input_grads needs each teacher's real batch (real_x, real_y)")
         b = len(fake_x)
         fake_x = fake_x.detach().to(self.dtype)
-        width = math.prod(self.in_shape) if project is None else project.shape[2]
-        out = torch.empty(self.n_teachers, b, width, dtype=self.dtype, device=self.device)
+        out = None
         for s, e in self.chunks():
             n = e - s
             x = fake_x.expand(n, *fake_x.shape).requires_grad_()
@@ -314,8 +314,10 @@ class TeacherEnsemble(nn.Module):
                 logit = self.logits(theta, x, fake_y.expand(n, b))
             loss = F.binary_cross_entropy_with_logits(logit, torch.ones_like(logit), reduction="none").mean(1)
             (g,) = torch.autograd.grad(loss.sum(), [x])
-            out[s:e] = g.reshape(n, b, -1) if project is None else torch.einsum("nbd,bdk->nbk", g.reshape(n, b, -1),
-                                                                               project.to(self.dtype))
+            g = g.reshape(n, b, -1) if transform is None else transform(g.reshape(n, b, -1))
+            if out is None:
+                out = torch.empty(self.n_teachers, *g.shape[1:], dtype=g.dtype, device=g.device)
+            out[s:e] = g
         return out
 
     @torch.no_grad()
@@ -354,8 +356,8 @@ class TeacherEnsemble(nn.Module):
         `batch_size` samples per teacher: one chunk's gradients twice (autograd's and the fused kernel's
         contiguous copy), the widened moments when they are stored in a lower precision, and the activations
         of the real + fake forward with their gradients. Not included: the caller's batches and the result of
-        `input_grads` ((T, b, prod(in_shape)), or (T, b, k) projected per chunk as G-PATE does). Measured (peak RSS during an iteration minus RSS before
-        it): 0.65 GB at 200 MNIST teachers, chunk 50, bf16 moments, where this estimates 0.73 GB."""
+        `input_grads` ((T, b, prod(in_shape)), or (T, b, k) projected per chunk as G-PATE does). Measured (peak
+        RSS during an iteration minus RSS before it): 0.65 GB at 200 MNIST teachers, chunk 50, bf16 moments, where this estimates 0.73 GB."""
         def size(container):
             return sum(t.numel() * t.element_size() for t in container.buffers())
         n = min(self.chunk(), self.n_teachers)
