@@ -270,3 +270,17 @@ def test_a_resumed_run_keeps_the_csv_log_of_its_first_process(tmp_path):
     logs = sorted(run.glob("logs/version_*/metrics.csv"))
     assert [p.parent.name for p in logs] == ["version_0", "version_1"]
     assert all(len(p.read_text().splitlines()) > 1 for p in logs)
+
+
+def test_lightning_warnings_that_need_no_action_are_not_printed():
+    import warnings
+
+    from dpgen.cli.train import quiet_known_warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet_known_warnings()
+        warnings.warn("The number of training batches (4) is smaller than the logging interval Trainer(...)")
+        warnings.warn("Using ModelCheckpoint with manual optimization and every_n_train_steps, but no ...")
+        warnings.warn("`isinstance(treespec, LeafSpec)` is deprecated, use ...", DeprecationWarning)
+        warnings.warn("any other warning")
+    assert [str(w.message) for w in caught] == ["any other warning"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -87,8 +88,22 @@ def privacy_report(model, cfg: DictConfig) -> dict:
             "epsilon": eps, "stop": model.ledger.stop}
 
 
+# Lightning warnings that every dpgen run would print and that need no action: a "training epoch" here is one pass
+# over the teachers' partitions (a few batches); checkpoints hold the state after a step, which is what resume=
+# continues from; and a deprecation inside Lightning itself.
+KNOWN_WARNINGS = (r"The number of training batches \(\d+\) is smaller than the logging interval",
+                  r"Using ModelCheckpoint with manual optimization and every_n_train_steps",
+                  r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+
+
+def quiet_known_warnings() -> None:
+    for message in KNOWN_WARNINGS:
+        warnings.filterwarnings("ignore", message=message)
+
+
 def run(cfg: DictConfig, extra_callbacks: tuple[pl.Callback, ...] = ()) -> dict:
     out = Path(cfg.output_dir)
+    quiet_known_warnings()
     pl.seed_everything(cfg.seed, workers=True)
     dm = build_datamodule(cfg)
     dm.prepare_data()
