@@ -71,7 +71,8 @@ class FreePrivateModules(pl.Callback):
         if self._saved_step != trainer.global_step:  # the last one written holds an earlier step
             for cb in trainer.checkpoint_callbacks:
                 if getattr(cb, "save_last", False) and cb.dirpath:
-                    trainer.save_checkpoint(Path(cb.dirpath) / f"{cb.CHECKPOINT_NAME_LAST}{cb.FILE_EXTENSION}")
+                    last = Path(cb.dirpath) / f"{cb.CHECKPOINT_NAME_LAST}{cb.FILE_EXTENSION}"
+                    trainer.save_checkpoint(last, weights_only=False)  # the whole state, for resume=
         for name in getattr(pl_module, "private_modules", ()):
             setattr(pl_module, name, None)
         gc.collect()
