@@ -13,11 +13,14 @@ install: $(STAMP)
 train: $(STAMP)
 	$(PY) train.py $(ARGS)
 
+# a worker per core (pytest-xdist); tests that share a module's expensive runs name an xdist_group
+XDIST := -n auto --dist loadgroup
+
 test: $(STAMP)
-	$(PY) -m pytest -m "not slow" --durations=15 $(ARGS)
+	$(PY) -m pytest $(XDIST) -m "not slow" --durations=15 $(ARGS)
 
 test-all: $(STAMP)
-	$(PY) -m pytest $(ARGS)
+	$(PY) -m pytest $(XDIST) $(ARGS)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks $(ARGS)

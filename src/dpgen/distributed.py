@@ -7,6 +7,7 @@ noise come from process 0 alone."""
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 
 from lightning.pytorch.strategies import DDPStrategy
 
@@ -27,6 +28,17 @@ def teacher_slice(n_teachers: int, rank: int, world_size: int) -> tuple[int, int
     return first, end - first
 
 
+def leave_process_group() -> None:
+    """After training under torchrun: every process waits for the others, then closes the process group, so that
+    none exits while another still holds a connection to it (gloo aborts a process whose peer vanished mid-use).
+    Nothing happens in a single process."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def rank_path(path, rank: int) -> str:
     """The checkpoint file of process `rank`: `path` itself for rank 0, `<path>.rank<r>` for the others."""
     return str(path) if rank == 0 else f"{path}.rank{rank}"
@@ -35,7 +47,14 @@ def rank_path(path, rank: int) -> str:
 class TeacherShardsDDP(DDPStrategy):
     """Lightning's DDP in which every process writes, reads and removes its own checkpoint file (`rank_path`):
     each holds different teachers, so rank 0's file alone cannot resume a run. The generator and the ledger are
-    the same in every file."""
+    the same in every file.
+
+    Collectives wait up to a day (Lightning's default: 30 minutes): after training, the other processes wait in
+    `leave_process_group` while process 0 evaluates, which takes hours with eval=reference on a CPU. A process
+    that fails still ends the run at once (torchrun stops the others)."""
+
+    def __init__(self, *args, timeout: timedelta = timedelta(days=1), **kwargs):
+        super().__init__(*args, timeout=timeout, **kwargs)
 
     def save_checkpoint(self, checkpoint, filepath, storage_options=None) -> None:
         self.checkpoint_io.save_checkpoint(checkpoint, rank_path(filepath, self.global_rank),

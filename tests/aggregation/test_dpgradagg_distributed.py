@@ -23,10 +23,11 @@ import numpy as np, torch
 from torch import distributed as dist
 sys.path.insert(0, sys.argv[1])
 from test_dpgradagg_distributed import run
+from dpgen.distributed import leave_process_group
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 print(json.dumps(run(first=3 * rank, count=3, distributed=True)))
-dist.destroy_process_group()
+leave_process_group()
 """
 
 

@@ -46,12 +46,14 @@ def test_planted_bug_no_noise_is_caught(tmp_path, monkeypatch):
     monkeypatch.setattr("opacus.optimizers.optimizer._generate_noise",
                         lambda std, reference, generator=None, secure_mode=False: torch.zeros_like(reference))
     canaries = GradientCanaries(1000)
-    report = run_audit(tmp_path, *DPCGAN, "method.max_steps=200", canaries=canaries)
+    steps = 40  # each included canary is sampled at least once in 40 steps with probability 1 - 0.99^40 = 0.33
+    report = run_audit(tmp_path, *DPCGAN, f"method.max_steps={steps}", canaries=canaries)
     assert report["lower_bound"] > 2 * report["claimed_epsilon"] and report["lower_bound"] > 2
     # without noise an included canary's score is C = 1.1 per time it was sampled, plus the real records'
     # small gradients on its coordinate, which excluded canaries see too
     included, excluded = canaries.scores[canaries.included], canaries.scores[~canaries.included]
-    assert (included > 0.5).float().mean() > 0.8 and (excluded.abs() < 0.5).float().mean() > 0.9
+    sampled = 1 - (1 - canaries.rate) ** steps
+    assert abs((included > 0.5).float().mean() - sampled) < 0.07 and (excluded.abs() < 0.5).float().mean() > 0.9
 
 
 def test_audit_refuses_what_it_cannot_audit(tmp_path):

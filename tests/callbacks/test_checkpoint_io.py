@@ -10,8 +10,10 @@ import sys
 import pytest
 import torch
 
-from dpgen.callbacks.checkpoint_io import AtomicCheckpointIO, CheckpointError, load_checkpoint_file, tensor_bytes
+from dpgen.callbacks.checkpoint_io import (AtomicCheckpointIO, CheckpointError, atomic_save, load_checkpoint_file,
+                                           tensor_bytes)
 from dpgen.files import atomic_write_text
+from dpgen.nn.ensemble import TeacherEnsemble
 
 # Peak RSS of one checkpoint of a 60-teacher reference ensemble (bf16 moments, ~265 MB), in a fresh process:
 # `extra` is the peak after the save minus the RSS just before it, relative to the ensemble's own bytes.
@@ -126,7 +128,7 @@ def test_missing_checkpoint_is_a_clear_error(tmp_path):
 RESUME = """
 import json, sys
 import torch
-from dpgen.callbacks.checkpoint_io import atomic_save, load_checkpoint_file
+from dpgen.callbacks.checkpoint_io import load_checkpoint_file
 from dpgen.nn.ensemble import TeacherEnsemble
 
 def status(field):
@@ -134,10 +136,6 @@ def status(field):
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ":"))
 
 mode, path = sys.argv[1], sys.argv[2]
-if mode == "save":
-    atomic_save({"state_dict": TeacherEnsemble(60, (1, 28, 28), 10, moment_dtype="bfloat16", seed=1).state_dict()},
-                path)
-    sys.exit()
 ensemble = TeacherEnsemble(60, (1, 28, 28), 10, moment_dtype="bfloat16", chunk_size=5)
 for b in ensemble.buffers():
     b.add_(1)  # resident, as a trained ensemble is
@@ -160,7 +158,8 @@ print(json.dumps({"size": size, "extra": peak - before, "same": same}))
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 def test_resuming_the_ensemble_from_a_mapped_checkpoint_holds_one_copy(tmp_path):
     path = str(tmp_path / "last.ckpt")
-    subprocess.run([sys.executable, "-c", RESUME, "save", path], check=True)
+    atomic_save({"state_dict": TeacherEnsemble(60, (1, 28, 28), 10, moment_dtype="bfloat16", seed=1).state_dict()},
+                path)
 
     def extra(mode):
         out = subprocess.run([sys.executable, "-c", RESUME, mode, path], capture_output=True, text=True, check=True)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from inprocess import train_here
 from dpgen.callbacks.checkpoint_io import load_checkpoint_file
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,11 +69,16 @@ runpy.run_path("train.py", run_name="__main__")
 """
 
 
-def run(tmp_path: Path, *args: str, fault: tuple[str, str] | None = None) -> subprocess.CompletedProcess:
+def killed_run(tmp_path: Path, fault: tuple[str, str]) -> subprocess.CompletedProcess:
+    """train.py in its own process, killed at `fault`."""
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1", DPGEN_DATA=str(tmp_path / "no-data-here"))
-    overrides = [f"hydra.run.dir={tmp_path / 'run'}", *TINY, *args]
-    cmd = [sys.executable, "-c", RUNNER, *fault, *overrides] if fault else [sys.executable, "train.py", *overrides]
+    cmd = [sys.executable, "-c", RUNNER, *fault, f"hydra.run.dir={tmp_path / 'run'}", *TINY]
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+
+def whole_run(tmp_path: Path, *args: str) -> int:
+    """train.py run to its end (in this process: only the killed run needs its own)."""
+    return train_here(tmp_path / "run", *TINY, *args, data_root=tmp_path / "no-data-here")
 
 
 def ledger(run_dir: Path) -> tuple[int, float]:
@@ -93,8 +99,7 @@ def assert_every_file_whole(run_dir: Path) -> None:
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> tuple[int, float]:
     tmp = tmp_path_factory.mktemp("whole")
-    result = run(tmp)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert whole_run(tmp) == 0
     return ledger(tmp / "run")
 
 
@@ -112,13 +117,12 @@ FAST = ("during a step", "in the middle of writing a checkpoint")
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/fd")
 @pytest.mark.parametrize("when", [pytest.param(w, marks=() if w in FAST else pytest.mark.slow) for w in CASES])
 def test_a_killed_run_resumes_to_the_ledger_of_an_uninterrupted_one(tmp_path, when, uninterrupted):
-    killed = run(tmp_path, fault=CASES[when])
+    killed = killed_run(tmp_path, CASES[when])
     assert killed.returncode == -9, killed.stderr[-3000:]
     run_dir = tmp_path / "run"
     assert_every_file_whole(run_dir)
     assert not (run_dir / "generator.pt").exists() or (run_dir / "privacy.json").exists()  # never released alone
-    resumed = run(tmp_path, f"resume={run_dir / 'checkpoints' / 'last.ckpt'}")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert whole_run(tmp_path, f"resume={run_dir / 'checkpoints' / 'last.ckpt'}") == 0
     assert_every_file_whole(run_dir)
     assert ledger(run_dir) == uninterrupted
     assert json.loads((run_dir / "metrics.json").read_text())["steps"] == 6

@@ -56,16 +56,16 @@ def test_evaluate_a_table_from_csv(tmp_path):
     assert set(report["downstream"]) >= {"average"}
 
 
-def test_clear_errors(tmp_path):
-    result = script("generate.py", tmp_path, f"run={tmp_path / 'nothing'}")
+def test_clear_errors(tmp_path, script_main):
+    result = script("generate.py", tmp_path, f"run={tmp_path / 'nothing'}")  # the script file itself
     assert result.returncode == 2 and "generator.pt" in result.stdout and "Traceback" not in result.stderr
     bad = tmp_path / "bad.npz"
     np.savez(bad, x=np.zeros((4, 5)), y=np.zeros(4))
-    result = script("evaluate.py", tmp_path, f"synthetic={bad}", "data=mnist", *FAST_EVAL)
+    result = script_main("evaluate.py", tmp_path, f"synthetic={bad}", "data=mnist", *FAST_EVAL)
     assert result.returncode == 2 and "shape" in result.stdout
 
 
-def test_evaluate_keeps_the_classifiers_training_state_beside_its_output(tmp_path):
+def test_evaluate_keeps_the_classifiers_training_state_beside_its_output(tmp_path, script_main):
     """evaluate.py continues a killed evaluation from `<out>.downstream-state.pt`: a state file of another
     training there is refused by name, and a finished evaluation leaves none behind."""
     import torch
@@ -74,9 +74,9 @@ def test_evaluate_keeps_the_classifiers_training_state_beside_its_output(tmp_pat
     np.savez(synthetic, x=np.random.default_rng(0).random((40, 1, 28, 28), dtype=np.float32), y=np.arange(40) % 10)
     state = tmp_path / "synthetic.eval.json.downstream-state.pt"
     torch.save({"key": "another training"}, state)
-    result = script("evaluate.py", tmp_path, f"synthetic={synthetic}", "data=mnist", *FAST_EVAL)
+    result = script_main("evaluate.py", tmp_path, f"synthetic={synthetic}", "data=mnist", *FAST_EVAL)
     assert result.returncode == 2 and "other data or settings" in result.stdout and str(state) in result.stdout
     state.unlink()
-    result = script("evaluate.py", tmp_path, f"synthetic={synthetic}", "data=mnist", *FAST_EVAL)
+    result = script_main("evaluate.py", tmp_path, f"synthetic={synthetic}", "data=mnist", *FAST_EVAL)
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "synthetic.eval.json").is_file() and not state.exists()

@@ -36,16 +36,30 @@ def test_same_updates_and_input_grads_as_independent_modules(shape, classes, ste
         assert grads.shape == (n, b, torch.Size(shape).numel())
         for i, m in enumerate(modules):
             for name, p in m.named_parameters():
-                # A bias right before a BatchNorm (convs.1+, fc) has a true gradient of exactly 0 and no effect
-                # on any output; Adam turns its rounding noise (~1e-17) into steps up to lr * noise / eps ~ 1e-10.
-                before_bn = name == "fc.bias" or (name.startswith("convs.") and name != "convs.0.bias"
-                                                  and name.endswith("bias"))
+                # a bias right before a BatchNorm has a true gradient of exactly 0 and no effect on any output;
+                # Adam turns its rounding noise (~1e-17) into steps up to lr * noise / eps ~ 1e-10
                 torch.testing.assert_close(getattr(ens.params, key(name))[i], p.detach(), rtol=0,
-                                           atol=1e-8 if before_bn else 1e-10)
+                                           atol=1e-8 if name in ens.inert else 1e-10)
             x = fake_x.clone().requires_grad_()
             out = m(x, fake_y)
             (want,) = torch.autograd.grad(bce(out, torch.ones_like(out)), [x])  # batch-mean loss, as the reference
             torch.testing.assert_close(grads[i], want.reshape(b, -1), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape, channels", [((1, 28, 28), None), ((1, 28, 28), [4, 4, 4]), ((6,), [])])
+def test_the_biases_before_batch_norm_change_no_output_and_the_others_do(shape, channels):
+    ens = TeacherEnsemble(2, shape, 3, channels=channels, seed=1).to(torch.float64)
+    x, y = torch.rand(2, 8, *shape, dtype=torch.float64), torch.randint(0, 3, (2, 8))
+    theta = ens.stacked(ens.params)
+    base = ens.logits(theta, x, y, groups=2)
+    biases = [name for name in ens.shapes if name.endswith("bias") and "norm" not in name]
+    assert ens.inert == [f"convs.{i}.bias" for i in range(1, len(ens.channels))] + ["fc.bias"]
+    for name in biases:
+        moved = ens.logits(dict(theta, **{name: theta[name] + 0.5}), x, y, groups=2)
+        if name in ens.inert:
+            torch.testing.assert_close(moved, base, rtol=0, atol=1e-12)
+        else:
+            assert (moved - base).abs().max() > 1e-3, name
 
 
 def test_per_teacher_fake_batches_train_each_teacher_on_its_own():

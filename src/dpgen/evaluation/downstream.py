@@ -54,7 +54,8 @@ def image_accuracy(
 
     The epoch is chosen by early stopping on a random `val_fraction` of the SYNTHETIC set (never on the real
     test set); with `val_fraction=0` the last epoch's model is tested. Returns {"accuracy", "best_epoch",
-    "val_accuracy", "epochs_run", "n_train", "n_val", "max_test_accuracy", "max_test_epoch"}.
+    "val_accuracy", "epochs_run", "n_train", "n_val", "max_test_accuracy", "max_test_epoch", "history"} (history:
+    each epoch's loss, synthetic-validation and real-test accuracy and seconds).
 
     `max_test_accuracy` is the highest real-test accuracy over the epochs run: the number the reference G-PATE
     code's evaluation script prints ("Max eval acc", after 600 epochs of SGD). The test set chooses it, so it
@@ -100,6 +101,9 @@ def image_accuracy(
         "epochs_run": fit["epochs_run"],
         "n_train": len(train),
         "n_val": n_val,
+        # per epoch: what each choice of epoch would have given, and the cost (a list: not logged as a scalar)
+        "history": [{key: round(value, 4) if isinstance(value, float) else value for key, value in record.items()}
+                    for record in fit["history"]],
     }
 
 

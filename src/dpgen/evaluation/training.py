@@ -7,6 +7,7 @@ import hashlib
 import logging
 import math
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -77,7 +78,8 @@ def train_classifier(
     (atomically), and a call with the same data and settings continues from that file: a killed training loses at
     most one epoch and ends with the same weights and history as an uninterrupted one. The file is removed when
     training ends; one written for other data or settings is refused (ValueError).
-    Returns {"best_epoch", "val_accuracy", "epochs_run", "history"} (epochs count from 1).
+    Returns {"best_epoch", "val_accuracy", "epochs_run", "history"} (epochs count from 1; each epoch's record has
+    its loss, accuracies and wall seconds).
     """
     device = resolve_device(device)
     model.to(device)
@@ -101,6 +103,7 @@ def train_classifier(
         # on a GPU the training set moves there once, and the epoch's loss is summed there (no sync per batch)
         train_x, train_y = (x.to(device), y.to(device)) if device.type == "cuda" else (x, y)
         for epoch in range(len(history) + 1, max_epochs + 1):
+            started = time.perf_counter()
             model.train()
             order = torch.randperm(len(x))
             total = torch.zeros((), dtype=torch.float64, device=device)
@@ -124,6 +127,7 @@ def train_classifier(
                     best = {"epoch": epoch, "accuracy": record["val_accuracy"], "state": copy.deepcopy(model.state_dict())}
             if test_x is not None:
                 record["test_accuracy"] = accuracy(model, test_x, test_y, device=device)
+            record["seconds"] = round(time.perf_counter() - started, 2)  # the epoch's training and its evaluations
             history.append(record)
             if progress:
                 log.info("%s: %s", type(model).__name__,

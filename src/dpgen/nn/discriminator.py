@@ -103,6 +103,13 @@ class ConditionalDiscriminator(nn.Module):
         self.out = nn.Linear(hidden + num_classes, 1)
         self.reset_parameters()
 
+    def biases_before_batch_norm(self) -> list[str]:
+        """The biases a BatchNorm on batch statistics subtracts again (every conv after the first, the hidden FC):
+        no output depends on them, so their true gradient is zero and what Adam receives for them is rounding
+        noise, turned into steps of size lr of either sign. Kept as the reference has them; comparisons of trained
+        weights skip them."""
+        return [f"convs.{i}.bias" for i in range(1, len(self.convs))] + ["fc.bias"]
+
     def reset_parameters(self) -> None:
         """Reference initialisation (TF DCGAN ops): conv weights truncated N(0, 0.02^2) at 2 std, linear weights
         N(0, 0.02^2), biases 0, BatchNorm scale 1 and shift 0."""

@@ -109,6 +109,7 @@ class TeacherEnsemble(nn.Module):
         self.channels, self.negative_slope, self.bn_eps = template.channels, template.negative_slope, template.bn_eps
         self.pool, self.conv_shape = template.pool, template.conv_shape  # what the layers see after pooling
         self.shapes = {name: tuple(p.shape) for name, p in template.named_parameters()}
+        self.inert = template.biases_before_batch_norm()  # no output depends on these (rounding noise only)
         # on a CPU at most `chunk_size`, and few enough that one chunk's largest gradient (4-byte floats) stays
         # within the blocks the allocator reuses from step to step (dpgen/memory.py): 15 reference MNIST teachers;
         # on an accelerator `chunk_size` as asked (`chunk()`)
