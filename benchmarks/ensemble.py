@@ -1,10 +1,14 @@
 """G-PATE teacher ensemble (MNIST reference teachers, batch 15): speed, memory, and bf16 vs fp32 Adam moments.
 
 python -m benchmarks ensemble [--quick]; on a GPU `python -m benchmarks.ensemble --gpu 50,500,4000` times 4000
-teachers with each chunk size. Each ensemble size runs in its own process so that its peak RSS is
-its own. Beside each time the process measures the machine's fp32 and bf16 matrix-product rates and counts the
-iteration's floating-point operations (torch.utils.flop_counter), so the achieved GFLOP/s can be read as a
-fraction of what this machine does at that moment. The naive loop (one nn.Module + torch.optim.Adam per teacher) is timed on a few teachers and
+teachers with each chunk size. First the kernels of one chunk of teachers, the default teachers
+(conf/method/gpate.yaml) and the paper's (experiment=gpate_mnist_eps1), are timed one by one against this
+process's peak rates (benchmarks/rates.py): the grouped convolutions and FC baddbmm of a real + fake forward
+(TeacherEnsemble.logits, recorded as it runs) and the fused Adam update. Then whole iterations: each ensemble
+size runs in its own process so that its peak RSS is its own. Beside each time the process measures the
+machine's fp32 and bf16 matrix-product rates and counts the iteration's floating-point operations
+(torch.utils.flop_counter), so the achieved GFLOP/s can be read as a fraction of what this machine does at that
+moment. The naive loop (one nn.Module + torch.optim.Adam per teacher) is timed on a few teachers and
 extrapolated; torch.func.vmap is timed on one chunk's gradients against the grouped implementation.
 """
 from __future__ import annotations
@@ -18,23 +22,30 @@ import sys
 import time
 
 import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 from torch.func import functional_call, grad, vmap
 from torch.nn.functional import binary_cross_entropy_with_logits as bce
 from torch.utils.flop_counter import FlopCounterMode
 
+from benchmarks.rates import (adam_bytes, aten, best_seconds, describe_peaks, matmul_gflops, matrix_kernels, peaks,
+                              rate_table, sync)
 from dpgen.aggregation.dpgradagg import vote_histograms
+from dpgen.cli.common import CONF_DIR
 from dpgen.nn.discriminator import ConditionalDiscriminator
 from dpgen.memory import reuse_freed_memory
 from dpgen.nn.ensemble import TeacherEnsemble
 
 SHAPE, CLASSES, BATCH = (1, 28, 28), 10, 15
 GB = 1e9
+TEACHER_OPS = (aten.convolution.default, aten.baddbmm.default)  # the teachers' kernels timed one by one
 
 
-def data(n: int, seed: int = 0):
+def data(n: int, seed: int = 0, batch: int = BATCH):
+    """Random real batches of n teachers and one shared fake batch, with labels."""
     g = torch.Generator().manual_seed(seed)
-    return (torch.rand(n, BATCH, *SHAPE, generator=g), torch.randint(0, CLASSES, (n, BATCH), generator=g),
-            torch.rand(BATCH, *SHAPE, generator=g), torch.randint(0, CLASSES, (BATCH,), generator=g))
+    return (torch.rand(n, batch, *SHAPE, generator=g), torch.randint(0, CLASSES, (n, batch), generator=g),
+            torch.rand(batch, *SHAPE, generator=g), torch.randint(0, CLASSES, (batch,), generator=g))
 
 
 def iteration(ens: TeacherEnsemble, batch) -> float:
@@ -46,12 +57,6 @@ def iteration(ens: TeacherEnsemble, batch) -> float:
     return time.perf_counter() - start
 
 
-def sync(device: str) -> None:
-    """Wait for the GPU's queued work, so that a wall-clock time covers it."""
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
 def flops_per_teacher(n: int = 4) -> float:
     """Floating-point operations of one iteration (`iteration`) per teacher, counted on n teachers."""
     ens = TeacherEnsemble(n, SHAPE, CLASSES, moment_dtype=torch.bfloat16)
@@ -60,16 +65,45 @@ def flops_per_teacher(n: int = 4) -> float:
     return counter.get_total_flops() / n
 
 
-def matmul_gflops(dtype: torch.dtype, size: int = 2048, repeats: int = 10, device: str = "cpu") -> float:
-    """This process's rate of square matrix products in `dtype` (GFLOP/s)."""
-    a, b = (torch.randn(size, size, dtype=dtype, device=device) for _ in range(2))
-    a @ b
-    sync(device)
-    start = time.perf_counter()
-    for _ in range(repeats):
-        a @ b
-    sync(device)
-    return 2 * size ** 3 * repeats / (time.perf_counter() - start) / 1e9
+def teacher_configs() -> dict[str, tuple[int, dict]]:
+    """Per-teacher batch and TeacherEnsemble options of the default teachers and of the paper's, as `python
+    train.py` and `python train.py experiment=gpate_mnist_eps1` compose them."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfgs = {"default": compose("config"), "paper": compose("config", ["experiment=gpate_mnist_eps1"])}
+    return {name: (cfg.method.batch_size, OmegaConf.to_container(cfg.method.module.teachers, resolve=True))
+            for name, cfg in cfgs.items()}
+
+
+def kernel_rows(name: str, batch: int, teachers: dict, repeats: int) -> list[dict]:
+    """One chunk of these teachers, as train_step runs it: the grouped convolutions and FC baddbmm of the real +
+    fake forward (recorded from TeacherEnsemble.logits) and the fused Adam update, each timed (`rate_table` rows)."""
+    ens = TeacherEnsemble(teachers["chunk_size"], SHAPE, CLASSES, **teachers)
+    n = ens.chunk()
+    real_x, real_y, fake_x, fake_y = data(n, batch=batch)
+    x, y = torch.cat([real_x, fake_x.expand(n, *fake_x.shape)], 1), torch.cat([real_y, fake_y.expand(n, batch)], 1)
+    theta = ens.stacked(ens.params, 0, n)
+    with torch.no_grad():
+        kernels = matrix_kernels(lambda: ens.logits(theta, x, y, groups=2), TEACHER_OPS)
+    case = f"{name}: {n} teachers x {batch} + {batch} samples"
+    rows = [{**k, "case": case, "seconds": best_seconds(k["run"], repeats)} for k in kernels]
+    grads = [torch.randn_like(p) for p in theta.values()]
+    wide, numel = ens.widening_buffers(), sum(g.numel() for g in grads)
+    ens.step.fill_(1)  # Adam's first step (step 0 would divide by a zero bias correction)
+    moments = next(ens.exp_avg.buffers()).dtype
+    seconds = best_seconds(lambda: ens.adam(0, n, grads, wide), repeats)
+    return rows + [{"case": case, "kernel": "fused Adam", "seconds": seconds,
+                    "shape": f"{numel / 1e6:.2f} M parameters, {str(moments).removeprefix('torch.')} moments",
+                    "bytes": adam_bytes(numel, ens.dtype.itemsize, moments.itemsize)}]
+
+
+def kernels(quick: bool) -> None:
+    """This process's peak rates, then the teachers' kernels (`kernel_rows`) against them."""
+    repeats = 5 if quick else 20
+    rates = peaks(repeats)
+    print(describe_peaks(rates) + "\n", flush=True)
+    rows = [row for name, (batch, teachers) in teacher_configs().items()
+            for row in kernel_rows(name, batch, teachers, repeats)]
+    print(rate_table(rows, rates) + "\n", flush=True)
 
 
 def naive_loop_seconds_per_teacher(k: int = 4) -> float:
@@ -228,14 +262,15 @@ def vote_bins(projected: torch.Tensor, clip: float = 1e-4, bins: int = 10) -> to
 def table(rows: list[dict]) -> str:
     loop = rows[0]["loop_s_per_teacher"]
     lines = ["| teachers | compute | s / iteration | ms / teacher | achieved GFLOP/s | fp32 / bf16 matmul GFLOP/s | "
-             "naive loop s / iteration (extrapolated) | params + Adam GB | est. working GB | peak RSS GB |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "achieved / fp32 matmul | naive loop s / iteration (extrapolated) | params + Adam GB | est. working GB | "
+             "peak RSS GB |", "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         mem, n = r["memory_bytes"], r["teachers"]
         lines.append(f"| {n} | {r['compute']} | {r['iteration_s']:.2f} | {1e3 * r['iteration_s'] / n:.2f} | "
                      f"{r['achieved_gflops']:.0f} | {r['fp32_matmul_gflops']:.0f} / {r['bf16_matmul_gflops']:.0f} | "
-                     f"{loop * n:.2f} | {(mem['parameters'] + mem['optimizer']) / GB:.2f} | "
-                     f"{mem['working'] / GB:.2f} | {r['peak_rss_bytes'] / GB:.2f} |")
+                     f"{r['achieved_gflops'] / r['fp32_matmul_gflops']:.2f} | {loop * n:.2f} | "
+                     f"{(mem['parameters'] + mem['optimizer']) / GB:.2f} | {mem['working'] / GB:.2f} | "
+                     f"{r['peak_rss_bytes'] / GB:.2f} |")
     return "\n".join(lines)
 
 
@@ -247,14 +282,18 @@ def run_case(n: int, *flags: str) -> dict:
 
 def gpu(chunks: list[int], n: int = 4000) -> None:
     """4000 teachers on a CUDA device, one process per chunk size: how many teachers to run at a time there."""
-    print("| teachers per chunk | s / iteration | first iteration s | achieved GFLOP/s | peak GPU GB |\n|---:|---:|---:|---:|---:|")
+    print("| teachers per chunk | s / iteration | first iteration s | achieved GFLOP/s | achieved / fp32 matmul | "
+          "peak GPU GB |\n|---:|---:|---:|---:|---:|---:|")
     for chunk in chunks:
         r = run_case(n, "--device", "cuda", "--chunk", str(chunk))
         print(f"| {r['chunk']} | {r['iteration_s']:.3f} | {r['first_iteration_s']:.2f} | {r['achieved_gflops']:.0f} | "
-              f"{r['peak_gpu_bytes'] / GB:.1f} |", flush=True)
+              f"{r['achieved_gflops'] / r['fp32_matmul_gflops']:.2f} | {r['peak_gpu_bytes'] / GB:.1f} |", flush=True)
 
 
 def main(quick: bool = False) -> None:
+    """Kernels against this process's peak rates, then whole iterations (one process per case), then, unless
+    `quick`, the bf16 moments' drift."""
+    kernels(quick)
     sizes = (100,) if quick else (100, 1000, 4000)
     rows = []
     bf16_sizes = sizes[-2:]  # bf16 compute beside fp32 at the sizes of the speed goal (1000 and 4000 teachers)

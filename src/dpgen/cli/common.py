@@ -88,18 +88,39 @@ def missing_keys(tree, prefix: str = "") -> list[str]:
 
 
 def machine(accelerator: str = "cpu", processes: int = 1) -> str:
-    """What a run ran on, for its results: the GPU's name, or the CPU's model and the threads torch used (per
-    process, and how many processes when there were several)."""
+    """What a run ran on, for its results: the GPU's name, or the CPU's model, its matrix instruction sets
+    (`describe_cpu`), the one torch's kernels use, and the threads torch used (per process, and how many
+    processes when there were several)."""
     import torch
 
     times = f"{processes} x " if processes > 1 else ""
     if accelerator in ("gpu", "cuda") and torch.cuda.is_available():
         return f"GPU: {times}{torch.cuda.get_device_name()}"
-    model = "unknown CPU"
-    if os.path.exists("/proc/cpuinfo"):
-        model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-                     model)
-    return f"CPU: {model}, {times}{torch.get_num_threads()} threads"
+    cpuinfo = Path("/proc/cpuinfo").read_text() if os.path.exists("/proc/cpuinfo") else ""
+    return (f"CPU: {describe_cpu(cpuinfo)} (torch: {torch.backends.cpu.get_cpu_capability()}), "
+            f"{times}{torch.get_num_threads()} threads")
+
+
+# /proc/cpuinfo flags of the instruction sets that matrix products use, and how to name them
+MATRIX_FLAGS = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_bf16": "AVX-512 BF16", "amx_tile": "AMX",
+                "amx_bf16": "AMX BF16"}
+
+
+def describe_cpu(cpuinfo: str) -> str:
+    """'<model> (family F model M), <instruction sets>' from the text of /proc/cpuinfo (its first processor), e.g.
+    'AMD EPYC (family 25 model 1), AVX2' (Zen 3; a virtual machine's model name may not say more) or
+    'Intel(R) Xeon(R) Platinum 8481C (family 6 model 143), AVX2 + AVX-512 + AVX-512 BF16 + AMX + AMX BF16'; the
+    model only where there is no x86 family or flags line."""
+    fields = {}
+    for line in cpuinfo.splitlines():
+        name, _, value = line.partition(":")
+        fields.setdefault(name.strip(), value.strip())
+    flags = set(fields.get("flags", "").split())
+    features = " + ".join(label for flag, label in MATRIX_FLAGS.items() if flag in flags)
+    model = fields.get("model name") or "unknown CPU"
+    if "cpu family" in fields and "model" in fields:
+        model += f" (family {fields['cpu family']} model {fields['model']})"
+    return f"{model}, {features}" if features else model
 
 
 def command_line(script: str) -> str:
