@@ -4,7 +4,11 @@ what only a separate process shows (a kill, torchrun, page faults, the script fi
 from __future__ import annotations
 
 import importlib
+import io
+import logging
+import subprocess
 import sys
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -12,22 +16,46 @@ import pytest
 MAINS = {"train.py": "dpgen.cli.train", "generate.py": "dpgen.cli.generate", "evaluate.py": "dpgen.cli.evaluate"}
 
 
-def script_here(script: str, *args: str, cwd: Path, env: dict[str, str] | None = None) -> int:
-    """`python <script> *args` run in `cwd` with `env` added, in this process; returns its exit status
-    (SystemExit's code; an exception propagates)."""
-    with pytest.MonkeyPatch.context() as patch:
+def script_here(script: str, *args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`python <script> *args` run in `cwd` with `env` added, in this process: what the command would return, its
+    exit status (SystemExit's code; an exception propagates) and what it printed."""
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, own_logging(), redirect_stdout(out), redirect_stderr(err):
         for name, value in (env or {}).items():
             patch.setenv(name, value)
         patch.chdir(cwd)
         patch.setattr(sys, "argv", [script, *args])
         try:
             importlib.import_module(MAINS[script]).main()
+            code = 0
         except SystemExit as stop:
-            return stop.code if isinstance(stop.code, int) else 1
-    return 0
+            code = stop.code if isinstance(stop.code, int) else 1
+    return subprocess.CompletedProcess([script, *args], code, out.getvalue(), err.getvalue())
 
 
-def train_here(run_dir: Path, *overrides: str, data_root: Path) -> int:
+@contextmanager
+def own_logging():
+    """Hydra sets up logging for its job as in a fresh process: `logging.config.dictConfig` closes every handler
+    that exists (pytest's own among them) and replaces the root logger's. Here it sees none of the test's, the
+    loggers are put back afterwards, and the handlers of the job (its train.log) are closed, as at a process's
+    exit."""
+    loggers = [logging.getLogger(), *(logger for logger in logging.root.manager.loggerDict.values()
+                                      if isinstance(logger, logging.Logger))]
+    state = [(logger, list(logger.handlers), logger.level, logger.propagate, logger.disabled) for logger in loggers]
+    existing = list(logging._handlerList)  # what dictConfig would close
+    logging._handlerList.clear()
+    try:
+        yield
+    finally:
+        for logger, handlers, level, propagate, disabled in state:
+            logger.handlers[:] = handlers
+            logger.setLevel(level)
+            logger.propagate, logger.disabled = propagate, disabled
+        logging.shutdown(list(logging._handlerList))  # the job's handlers: flushed and closed
+        logging._handlerList[:] = existing
+
+
+def train_here(run_dir: Path, *overrides: str, data_root: Path) -> subprocess.CompletedProcess:
     """`python train.py hydra.run.dir=<run_dir> *overrides` with DPGEN_DATA=<data_root>, in this process."""
     return script_here("train.py", f"hydra.run.dir={run_dir}", *overrides, cwd=run_dir.parent,
                        env={"DPGEN_DATA": str(data_root)})

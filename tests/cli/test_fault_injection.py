@@ -77,8 +77,8 @@ def killed_run(tmp_path: Path, fault: tuple[str, str]) -> subprocess.CompletedPr
 
 
 def whole_run(tmp_path: Path, *args: str) -> int:
-    """train.py run to its end (in this process: only the killed run needs its own)."""
-    return train_here(tmp_path / "run", *TINY, *args, data_root=tmp_path / "no-data-here")
+    """train.py run to its end (in this process: only the killed run needs its own); its exit status."""
+    return train_here(tmp_path / "run", *TINY, *args, data_root=tmp_path / "no-data-here").returncode
 
 
 def ledger(run_dir: Path) -> tuple[int, float]:

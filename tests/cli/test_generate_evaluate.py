@@ -11,6 +11,7 @@ import pytest
 from PIL import Image
 
 from fixtures import write_credit
+from inprocess import script_here
 from test_train_cli import NARROW_IMAGE_NETS, REPO, TINY_GAN, train
 
 FAST_EVAL = ["~eval.callbacks.image_quality", "eval.callbacks.downstream.max_epochs=1"]
@@ -56,16 +57,16 @@ def test_evaluate_a_table_from_csv(tmp_path):
     assert set(report["downstream"]) >= {"average"}
 
 
-def test_clear_errors(tmp_path, script_main):
+def test_clear_errors(tmp_path):
     result = script("generate.py", tmp_path, f"run={tmp_path / 'nothing'}")  # the script file itself
     assert result.returncode == 2 and "generator.pt" in result.stdout and "Traceback" not in result.stderr
     bad = tmp_path / "bad.npz"
     np.savez(bad, x=np.zeros((4, 5)), y=np.zeros(4))
-    result = script_main("evaluate.py", tmp_path, f"synthetic={bad}", "data=mnist", *FAST_EVAL)
+    result = script_here("evaluate.py", f"synthetic={bad}", "data=mnist", *FAST_EVAL, cwd=tmp_path)
     assert result.returncode == 2 and "shape" in result.stdout
 
 
-def test_evaluate_keeps_the_classifiers_training_state_beside_its_output(tmp_path, script_main):
+def test_evaluate_keeps_the_classifiers_training_state_beside_its_output(tmp_path):
     """evaluate.py continues a killed evaluation from `<out>.downstream-state.pt`: a state file of another
     training there is refused by name, and a finished evaluation leaves none behind."""
     import torch
@@ -74,9 +75,9 @@ def test_evaluate_keeps_the_classifiers_training_state_beside_its_output(tmp_pat
     np.savez(synthetic, x=np.random.default_rng(0).random((40, 1, 28, 28), dtype=np.float32), y=np.arange(40) % 10)
     state = tmp_path / "synthetic.eval.json.downstream-state.pt"
     torch.save({"key": "another training"}, state)
-    result = script_main("evaluate.py", tmp_path, f"synthetic={synthetic}", "data=mnist", *FAST_EVAL)
+    result = script_here("evaluate.py", f"synthetic={synthetic}", "data=mnist", *FAST_EVAL, cwd=tmp_path)
     assert result.returncode == 2 and "other data or settings" in result.stdout and str(state) in result.stdout
     state.unlink()
-    result = script_main("evaluate.py", tmp_path, f"synthetic={synthetic}", "data=mnist", *FAST_EVAL)
+    result = script_here("evaluate.py", f"synthetic={synthetic}", "data=mnist", *FAST_EVAL, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "synthetic.eval.json").is_file() and not state.exists()

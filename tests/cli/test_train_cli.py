@@ -1,4 +1,5 @@
-"""train.py end to end in a subprocess: every dataset with the non-private GAN, and the clear errors."""
+"""train.py end to end (in the test's process, and as its own process where that is what is tested): every dataset
+with the non-private GAN, and the clear errors."""
 from __future__ import annotations
 
 import json
@@ -13,7 +14,7 @@ from hydra import compose, initialize_config_dir
 from PIL import Image
 
 from dpgen.callbacks import PrivacyBudget
-from dpgen.callbacks.downstream import EvaluationCallback
+from dpgen.callbacks.downstream import DownstreamUtility, EvaluationCallback
 from dpgen.callbacks.privacy_budget import LEDGER_KEY
 from dpgen.callbacks.sample_grid import SampleGrid
 from dpgen.cli.common import CONF_DIR, check_config
@@ -21,6 +22,7 @@ from dpgen.cli.train import build_callbacks
 from dpgen.data.mnist import FashionMNISTDataModule, MNISTDataModule
 from dpgen.privacy.ledger import PrivacyLedger
 from fixtures import installed_or_skip, write_celeba, write_credit, write_image_folder
+from inprocess import train_here
 
 REPO = Path(__file__).resolve().parents[2]
 # A GAN small enough for a few CPU steps: the nets are the real ones, only narrower.
@@ -33,8 +35,27 @@ TINY_GPATE = ["method=gpate", "method.n_teachers=4", "method.batch_size=4", "met
               "samples.every_n_steps=0", "checkpoint_every_n_steps=0", "progress_log_every_seconds=0",
               "~eval.callbacks.image_quality", "data=mnist"]
 
+# Every private method as small as it goes (on `tiny_images`)
+TINY_PRIVATE = {
+    "gpate": ["method.n_teachers=2", "method.batch_size=2", "method.module.teachers.channels=[4,4]",
+              "method.module.teachers.hidden=8", *NARROW_IMAGE_NETS],
+    "pategan": ["method.n_teachers=2", "method.batch_size=4", "method.module.batch_size=4", *NARROW_IMAGE_NETS],
+    "pate_triplegan": ["method.module.n_teachers=2", "method.module.percent=0.5", "method.batch_size=4",
+                       "method.module.batch_size=4", *NARROW_IMAGE_NETS],
+    "dpgan": [],
+    "dpcgan": [],
+    "gswgan": ["method.module.n_discriminators=2", "method.module.critics.model_dim=4",
+               "method.module.pretrain.steps=1"],
+}
+
 
 def train(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
+    """`python train.py hydra.run.dir=<tmp_path>/run *overrides` with an empty data root, in this process."""
+    return train_here(tmp_path / "run", *overrides, data_root=tmp_path / "no-data-here")
+
+
+def train_subprocess(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
+    """The same command as its own process: the script file, the interpreter's exit status and output."""
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1", DPGEN_DATA=str(tmp_path / "no-data-here"))
     cmd = [sys.executable, str(REPO / "train.py"), f"hydra.run.dir={tmp_path / 'run'}", *overrides]
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
@@ -105,7 +126,8 @@ def test_unknown_config_name_is_one_line_listing_the_choices(tmp_path):
 
 
 def test_a_value_the_method_refuses_is_one_line_naming_its_key(tmp_path):
-    result = train(tmp_path, "method.module.aggregator.threshold=0", "trainer.max_steps=1", "eval=none")
+    # its own process: all a user sees is that line (in this process, logging set up by earlier runs adds lines)
+    result = train_subprocess(tmp_path, "method.module.aggregator.threshold=0", "trainer.max_steps=1", "eval=none")
     assert result.returncode == 2
     (line,) = result.stdout.strip().splitlines()
     assert line.startswith("error: method.module: threshold is a fraction of the teachers in (0, 1], got 0")
@@ -116,7 +138,7 @@ def test_a_value_the_method_refuses_is_one_line_naming_its_key(tmp_path):
     (["data=csv", "data.path=x.csv"], "data.label must be given"),
     (["privacy.epsilonn=3"], "Key 'epsilonn' is not in struct"),
     (["method.batch_size=[1"], "method.batch_size=[1"),
-    (["data=nosuchdata"], "choose one of: celeba_gender_l"),
+    (["data=nosuchdata"], "choose one of: celeba, celeba_gender_l"),
 ])
 def test_configuration_mistakes_are_one_line_naming_the_key(capsys, overrides, words):
     with pytest.raises(SystemExit) as stop:
@@ -133,7 +155,7 @@ def test_a_correct_command_line_passes_the_check():
 
 
 def test_wandb_logger_works_offline(tmp_path):
-    result = train(tmp_path, *TINY_GAN, *NARROW_IMAGE_NETS, "data=mnist", "logger=wandb")
+    result = train_subprocess(tmp_path, *TINY_GAN, *NARROW_IMAGE_NETS, "data=mnist", "logger=wandb")
     check_run(tmp_path, result, "image")
     runs = list((tmp_path / "run" / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and any(runs[0].rglob("*.wandb"))
@@ -175,6 +197,61 @@ def test_a_rolled_back_step_is_not_counted_as_a_step_of_the_released_generator(t
     assert privacy["mechanisms"]["confident_gnmax"]["count"] == metrics["steps"] * 10 * 10
 
 
+def tiny_images(tmp_path: Path) -> list[str]:
+    """Overrides for 16 grey 28x28 images in two classes (data=image_folder)."""
+    root = write_image_folder(tmp_path / "images", size=(28, 28), per_class=8)
+    return ["data=image_folder", f"data.path={root}", "data.image_size=28", "data.channels=1"]
+
+
+def error_line(result: subprocess.CompletedProcess) -> str:
+    """The one `error:` line a run printed (ValueError if there are none or several)."""
+    (line,) = [line for line in (result.stdout + result.stderr).splitlines() if line.startswith("error:")]
+    return line
+
+
+def nothing_released(folder: Path) -> bool:
+    return not any((folder / name).exists() for name in ("generator.pt", "privacy.json", "metrics.json"))
+
+
+@pytest.mark.parametrize("method", sorted(TINY_PRIVATE))
+def test_a_budget_too_small_for_one_step_is_one_error_line_and_no_generator(tmp_path, method):
+    # eps = 1e-4 is below what one step of any of them can cost here: refused before training (and before GS-WGAN
+    # pretrains its critics), where G-PATE and PATE-GAN ran a step, rolled it back and released an untrained generator
+    result = train(tmp_path, f"method={method}", *TINY_PRIVATE[method], *tiny_images(tmp_path), "eval=none",
+                   "privacy.epsilon=0.0001")
+    line = error_line(result)
+    assert result.returncode == 2 and "privacy budget too small for one step" in line and "or more" in line
+    assert nothing_released(tmp_path / "run") and not (tmp_path / "run" / "pretrained_critics.pt").exists()
+
+
+def test_a_run_whose_only_step_is_rolled_back_is_one_error_line_and_no_generator(tmp_path):
+    # the cheapest G-PATE step here (threshold checks only) costs eps 0.0368 <= 0.04, so the run starts; its first
+    # step answers queries, costs more, and is rolled back: no step is left to release
+    result = train(tmp_path, "method=gpate", *TINY_PRIVATE["gpate"], *tiny_images(tmp_path), "eval=none",
+                   "privacy.epsilon=0.04")
+    line = error_line(result)
+    assert result.returncode == 2 and "no training step was released (budget: the last step" in line
+    assert nothing_released(tmp_path / "run")
+
+
+def test_the_default_method_with_a_budget_too_small_for_one_step_exits_2(tmp_path):
+    # the issue's command, `python train.py privacy.epsilon=0.0001`, with tiny teachers, in its own process
+    result = train_subprocess(tmp_path, *TINY_GPATE, "privacy.epsilon=0.0001")
+    assert result.returncode == 2 and "Traceback" not in result.stdout + result.stderr, result.stdout[-3000:]
+    assert "the cheapest training step costs epsilon=" in error_line(result) and nothing_released(tmp_path / "run")
+
+
+def test_data_celeba_is_the_gender_s_setting(tmp_path):
+    write_celeba(tmp_path)
+    result = train(tmp_path, *TINY_GAN, *NARROW_IMAGE_NETS, "data=celeba", f"data.root={tmp_path}",
+                   "data.check_hashes=false", "method.batch_size=2")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["data"] == "celeba_gender_s" and metrics["steps"] == 3
+    released = torch.load(tmp_path / "run" / "generator.pt", weights_only=False)
+    assert released["shape"] == [3, 32, 32] and released["class_names"] == ["female", "male"]
+
+
 @pytest.mark.parametrize("log_private", [False, True])
 def test_losses_on_private_records_stay_out_of_the_logs_unless_asked(tmp_path, log_private):
     result = train(tmp_path, "method=gpate", "data=mnist", "method.n_teachers=20", "method.batch_size=10",
@@ -203,27 +280,18 @@ def test_the_budget_judges_a_step_before_any_callback_writes_what_it_made(tmp_pa
     assert len(writers) >= 2 and budget < min(writers)
 
 
-# train.py with DownstreamUtility.evaluate replaced by `evaluate`, the source of a function (self, trainer, pl_module)
-PATCHED_TRAIN = """
-import dpgen.callbacks.downstream as downstream
-{evaluate}
-downstream.DownstreamUtility.evaluate = evaluate
-from dpgen.cli.train import main
-main()
-"""
-
-
-def train_tiny_gpate_evaluated_by(tmp_path: Path, evaluate: str) -> subprocess.CompletedProcess:
-    script = tmp_path / "patched_train.py"
-    script.write_text(PATCHED_TRAIN.format(evaluate=evaluate))
-    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, str(script), f"hydra.run.dir={tmp_path / 'run'}", *TINY_GPATE],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+def train_tiny_gpate_evaluated_by(tmp_path: Path, evaluate) -> subprocess.CompletedProcess:
+    """The tiny G-PATE with DownstreamUtility.evaluate replaced by `evaluate(self, trainer, pl_module)`."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(DownstreamUtility, "evaluate", evaluate)
+        return train(tmp_path, *TINY_GPATE)
 
 
 def test_a_run_whose_evaluation_dies_keeps_its_generator_privacy_report_and_final_grid(tmp_path):
-    result = train_tiny_gpate_evaluated_by(tmp_path, "def evaluate(self, trainer, pl_module):\n"
-                                                     "    raise RuntimeError('evaluation died')")
+    def evaluate(self, trainer, pl_module):
+        raise RuntimeError("evaluation died")
+
+    result = train_tiny_gpate_evaluated_by(tmp_path, evaluate)
     assert result.returncode != 0 and "evaluation died" in result.stdout + result.stderr
     run = tmp_path / "run"
     assert not (run / "metrics.json").exists()  # the evaluation's results were never written
@@ -234,8 +302,8 @@ def test_a_run_whose_evaluation_dies_keeps_its_generator_privacy_report_and_fina
 
 def test_the_teachers_are_checkpointed_then_freed_before_the_evaluation(tmp_path):
     # checkpoint_every_n_steps=0 (TINY_GPATE): the only checkpoint is the one written when training ends
-    result = train_tiny_gpate_evaluated_by(tmp_path, "def evaluate(self, trainer, pl_module):\n"
-                                                     "    return {'teachers_held': float(pl_module.ensemble is not None)}")
+    result = train_tiny_gpate_evaluated_by(
+        tmp_path, lambda self, trainer, pl_module: {"teachers_held": float(pl_module.ensemble is not None)})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run = tmp_path / "run"
     assert json.loads((run / "metrics.json").read_text())["downstream"]["teachers_held"] == 0.0

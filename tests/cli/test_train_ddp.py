@@ -15,7 +15,7 @@ import torch
 
 from dpgen.distributed import rank_path, teacher_slice
 from dpgen.nn.ensemble import TeacherEnsemble, key
-from inprocess import script_here
+from inprocess import script_here, train_here
 
 # 7 teachers in B = 2 bins never tie, and at threshold 0.5 (3.5 votes) every query is answered: with almost no
 # noise (0.01 of a vote) the votes alone decide every answer, so runs with the same teachers release the same gradients.
@@ -112,18 +112,19 @@ def test_two_processes_train_as_one_and_resume_their_own_teachers(one_and_two):
 
 
 @pytest.mark.xdist_group("ddp")
-def test_a_checkpoint_of_two_processes_does_not_resume_in_one(tmp_path, one_and_two, train_main):
+def test_a_checkpoint_of_two_processes_does_not_resume_in_one(tmp_path, one_and_two):
     two = one_and_two[1]
-    result = train_main(tmp_path, *TINY_GPATE[1:], "trainer.max_steps=5", f"resume={two / 'checkpoints' / 'last.ckpt'}")
+    result = train_here(tmp_path / "run", *TINY_GPATE[1:], "trainer.max_steps=5",
+                        f"resume={two / 'checkpoints' / 'last.ckpt'}", data_root=tmp_path / "no-data")
     assert result.returncode == 2
     assert "holds the teachers of 2 process(es)" in result.stdout + result.stderr
 
 
-def test_methods_that_cannot_split_refuse_several_processes(tmp_path, capfd):
+def test_methods_that_cannot_split_refuse_several_processes(tmp_path):
     # as the first of two processes torchrun started (the refusal comes before any process group is made)
     env = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "DPGEN_DATA": str(tmp_path / "no-data")}
-    code = script_here("train.py", f"hydra.run.dir={tmp_path / 'run'}", "trainer=ddp", "method=dpgan",
-                       "trainer.max_steps=1", "eval=none", cwd=tmp_path, env=env)
-    assert code == 2
-    assert "method=dpgan runs in one process" in capfd.readouterr().out
+    result = script_here("train.py", f"hydra.run.dir={tmp_path / 'run'}", "trainer=ddp", "method=dpgan",
+                         "trainer.max_steps=1", "eval=none", cwd=tmp_path, env=env)
+    assert result.returncode == 2
+    assert "method=dpgan runs in one process" in result.stdout
     assert not (tmp_path / "run" / "checkpoints").exists()

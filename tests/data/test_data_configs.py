@@ -3,12 +3,16 @@ seed, allow_data_dependent_preprocessing) and the built module loads the generat
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from dpgen.cli.common import CONF_DIR
 from dpgen.data import DPGenDataModule
+from dpgen.data.errors import DataNotFoundError
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "data"
+ALIASES = {"celeba": "celeba_gender_s"}  # config -> the config it selects
 APP_KWARGS = {"batch_size": 4, "n_teachers": 2, "seed": 0, "allow_data_dependent_preprocessing": False}
 
 
@@ -19,11 +23,38 @@ def build(name: str, **overrides) -> DPGenDataModule:
 
 def test_every_config_has_target_and_name():
     names = sorted(p.stem for p in CONF.glob("*.yaml"))
-    assert names == ["celeba_gender_l", "celeba_gender_s", "celeba_hair", "csv", "fashion_mnist", "image_folder",
-                     "kaggle_credit", "mnist"]
-    for name in names:
+    assert names == ["celeba", "celeba_gender_l", "celeba_gender_s", "celeba_hair", "csv", "fashion_mnist",
+                     "image_folder", "kaggle_credit", "mnist"]
+    for name in set(names) - set(ALIASES):
         cfg = OmegaConf.load(CONF / f"{name}.yaml")
         assert cfg._target_.startswith("dpgen.data.") and cfg.name == name
+    for name, setting in ALIASES.items():  # the setting itself, through the defaults list: no copy to drift
+        assert OmegaConf.to_container(OmegaConf.load(CONF / f"{name}.yaml")) == {"defaults": [setting, "_self_"]}
+
+
+def composed(*overrides: str):
+    """The data config as train.py composes it."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose("config", overrides=list(overrides)).data
+
+
+def test_celeba_is_the_gender_s_setting_of_the_paper(celeba_root):
+    # G-PATE section 6.1's CelebA-Gender(S): 32x32x3, female / male
+    cfg = composed("data=celeba")
+    assert cfg == composed("data=celeba_gender_s")
+    dm = instantiate(cfg, root=str(celeba_root), check_hashes=False, download=False, **APP_KWARGS)
+    dm.setup()
+    assert (dm.name, dm.shape, dm.class_names, len(dm.train_data)) == ("celeba_gender_s", (3, 32, 32),
+                                                                       ["female", "male"], 6)
+    assert composed("data=celeba", "data.image_size=64").image_size == 64  # still a config like any other
+
+
+def test_celeba_without_its_files_names_them(tmp_path):
+    dm = instantiate(composed("data=celeba"), root=str(tmp_path), download=False, **APP_KWARGS)
+    with pytest.raises(DataNotFoundError, match="cannot find list_eval_partition.txt") as info:
+        dm.setup()
+    message = str(info.value)
+    assert "list_attr_celeba.txt" in message and str(tmp_path / "celeba" / "list_eval_partition.txt") in message
 
 
 @pytest.mark.parametrize("name", ["mnist", "fashion_mnist"])

@@ -189,11 +189,11 @@ def test_budget_stops_before_exceeding_under_the_data_independent_bound(tmp_path
 def test_data_dependent_budget_rolls_back_the_overshooting_step(tmp_path):
     """Under the data-dependent bound the cost is known after the step: the generator and the ledger of the
     overshooting step are discarded, so the released generator is within the budget."""
-    model = tiny(lam=0.05)
-    budget = PrivacyBudget(epsilon=3.0, delta=1e-5, bound="data_dependent")
+    model = tiny(lam=0.05)  # 8 teachers: no vote is confident enough to cost less than 4.7 a step
+    budget = PrivacyBudget(epsilon=10.0, delta=1e-5, bound="data_dependent")
     trainer, _ = fit(model, steps=200, callbacks=[budget], root=str(tmp_path))
-    assert trainer.global_step < 200
-    assert model.ledger.epsilon(1e-5, "data_dependent")[0] <= 3.0
+    assert 2 <= trainer.global_step < 200  # steps released, then the one over the budget
+    assert model.ledger.epsilon(1e-5, "data_dependent")[0] <= 10.0
     assert json.loads((tmp_path / "privacy.json").read_text())["stop"]["discarded_steps"] == 1
 
 

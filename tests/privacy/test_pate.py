@@ -122,6 +122,26 @@ def test_more_consensus_never_costs_more():
         assert all(np.all(b <= a + 1e-15) for a, b in zip(checks, checks[1:]))
 
 
+@pytest.mark.parametrize("threshold", [3.0, 5.4, 6.0])  # 0.5, 0.9 and all of the 6 teachers
+@pytest.mark.parametrize("sigma1", [0.5, 2.0, 30.0])
+def test_cheapest_threshold_check_is_the_least_over_every_vote(threshold, sigma1):
+    # 6 teachers over 3 bins: every one of the 28 histograms, by brute force (top votes 2 to 6)
+    histograms = [(a, b, 6 - a - b) for a in range(7) for b in range(7 - a)]
+    every = np.stack([pate.rdp_threshold(v, threshold, sigma1, DEFAULT_ORDERS) for v in histograms])
+    cheapest = pate.rdp_threshold_cheapest(6, 3, threshold, sigma1, DEFAULT_ORDERS)
+    np.testing.assert_allclose(cheapest, every.min(axis=0), rtol=1e-12)
+    assert np.all(cheapest <= pate.rdp_threshold_data_independent(sigma1, DEFAULT_ORDERS))
+
+
+def test_cheapest_threshold_check_by_hand():
+    # all 6 teachers needed, sigma1 = 0.5: the even split (top vote 2) passes with probability Phi(-8), the
+    # least likely outcome of any vote, so q = Phi(-8); Theorem 5 with noise sqrt(2) * 0.5 (as the check above)
+    cheapest = pate.rdp_threshold_cheapest(6, 3, 6.0, 0.5, [2.0, 3.0])
+    for lam, value in zip([2.0, 3.0], cheapest):
+        assert value == pytest.approx(theorem5_by_hand(phi(-8.0), math.sqrt(2) * 0.5, lam), rel=1e-6)
+    assert cheapest[0] < 1e-6 * pate.rdp_threshold([6, 0, 0], 6.0, 0.5, [2.0])[0]  # unanimous: q = 1/2
+
+
 def test_confident_gnmax_query():
     votes, t, s1, s2 = [90, 5, 5], 60.0, 10.0, 8.0
     threshold = pate.rdp_threshold(votes, t, s1, DEFAULT_ORDERS)

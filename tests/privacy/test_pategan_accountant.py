@@ -66,6 +66,12 @@ class ScaleRecorder:
         return np.zeros(size)
 
 
+@pytest.mark.parametrize("teachers, lam", [(1, 0.5), (7, 0.5), (20, 0.2), (40, 1.0)])
+def test_cheapest_query_is_the_least_over_every_vote(teachers, lam):
+    every = np.stack([pategan.rdp_laplace_pate([teachers - k, k], lam, DEFAULT_ORDERS) for k in range(teachers + 1)])
+    np.testing.assert_array_equal(pategan.rdp_laplace_pate_cheapest(teachers, lam, DEFAULT_ORDERS), every.min(axis=0))
+
+
 def test_noise_scale_is_the_inverse_of_lam():
     rng = ScaleRecorder()
     assert pategan.laplace_vote([3, 9], 0.25, rng) == 1

@@ -16,6 +16,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from dpgen.callbacks import PrivacyBudget
+from dpgen.callbacks.privacy_budget import BudgetError, rounded_up
+from dpgen.callbacks.release import Release
 from dpgen.privacy import PrivacyLedger
 from dpgen.privacy.cost import StepCost
 
@@ -45,9 +47,13 @@ class Toy(pl.LightningModule):
 
     def step_cost(self):
         # announce: "both" bounds known in advance (worst case DI), "independent" only (the data-dependent
-        # cost is then known after the step), or nothing.
+        # cost is then known after the step), "lower": that and a lower bound DD on any step (as G-PATE, PATE-GAN),
+        # or nothing.
         if self.announce == "both":
             return StepCost({"data_dependent": np.array([DI]), "data_independent": np.array([DI])}, ORDERS)
+        if self.announce == "lower":
+            return StepCost({"data_independent": np.array([DI])}, ORDERS,
+                            best={"data_dependent": np.array([DD]), "data_independent": np.array([DI])})
         return StepCost({"data_independent": np.array([DI])}, ORDERS) if self.announce == "independent" else None
 
     def on_train_batch_start(self, batch, batch_idx):
@@ -139,10 +145,31 @@ def test_resumed_run_ends_like_an_uninterrupted_one(tmp_path, announce):
         assert torch.equal(a, b)
 
 
-def test_budget_too_small_for_one_step(tmp_path):
-    # one worst-case step: 0.25 + 1 = 1.25 > 1.2
-    with pytest.raises(ValueError, match="too small"):
-        fit(tmp_path, Toy(), PrivacyBudget(1.2, DELTA))
+@pytest.mark.parametrize("announce, budget, needed", [("both", 1.2, "1.25"), ("lower", 1.1, "1.13")])
+def test_budget_too_small_for_one_step(tmp_path, announce, budget, needed):
+    # "both": the worst case is checked before each step, and one costs 0.25 + 1 = 1.25 > 1.2. "lower": the
+    # data-dependent cost is known only after a step, but none costs less than 0.125 + 1 = 1.125 > 1.1: refused
+    # before any step runs (a run would otherwise roll its first step back), with the least budget, rounded up
+    module = Toy(announce)
+    with pytest.raises(BudgetError, match=f"too small for one step.*privacy.epsilon={needed} or more.*dpgen.cli.plan"):
+        fit(tmp_path, module, PrivacyBudget(budget, DELTA))
+    assert module.ledger.empty and not (tmp_path / "privacy.json").exists()
+
+
+def test_a_run_whose_every_step_is_rolled_back_fails_and_writes_nothing(tmp_path):
+    # no cost announced, so no check before the step: the first step costs 0.125 + 1 = 1.125 > 1.1 and is rolled
+    # back; nothing is left to release, so training ends with BudgetError before privacy.json or the generator
+    module = Toy(announce=None)
+    released = Release(lambda m: (tmp_path / "generator.pt").write_text("released"))
+    t = trainer(tmp_path, callbacks=[PrivacyBudget(1.1, DELTA), released])
+    with pytest.raises(BudgetError, match=r"no training step was released \(budget: .*rolled back"):
+        t.fit(module)
+    assert t.global_step == 1 and module.ledger.stop["discarded_steps"] == 1 and module.ledger.empty
+    assert not (tmp_path / "privacy.json").exists() and not (tmp_path / "generator.pt").exists()
+
+
+def test_budgets_are_rounded_up_for_the_user():
+    assert (rounded_up(1.125), rounded_up(0.036741), rounded_up(12.0), rounded_up(1e-4)) == (1.13, 0.0368, 12.0, 1e-4)
 
 
 @pytest.mark.parametrize("epsilon, delta", [(0.0, 1e-5), (-1.0, 1e-5), (1.0, 0.0), (1.0, 1.0), (1.0, 2.0)])

@@ -11,6 +11,7 @@ from dpgen.privacy.cost import StepCost, dpsgd_step, times
 from dpgen.privacy.dpsgd import rdp_subsampled_gaussian
 from dpgen.privacy.gdp import eps_from_gdp
 from dpgen.privacy.laplace import rdp_laplace
+from dpgen.privacy.pate import rdp_confident_gnmax_batch
 from dpgen.privacy.plan import MAX_STEPS
 from dpgen.privacy.rdp import DEFAULT_ORDERS, eps_from_rdp
 
@@ -88,3 +89,30 @@ def test_pate_triplegan_cost_counts_answered_votes_only_in_the_worst_case():
     assert cost.worst["gdp_mu"] == pytest.approx(math.sqrt(128 * (1 / 300**2 + 2 / 300**2)))
     assert cost.best["gdp_mu"] == pytest.approx(math.sqrt(128) / 300)
     assert cost.steps(10.0, 1e-5, "data_independent", "pld", "best") > cost.steps(10.0, 1e-5, "data_independent", "pld")
+
+
+def test_epsilon_of_the_first_steps_by_hand():
+    # 0.5 upfront, then 0.25 per step in the worst case and 0.125 in the best: eps = rdp + 1
+    cost = StepCost({"data_independent": np.array([0.25])}, np.array([2.0]),
+                    best={"data_dependent": np.array([0.125]), "data_independent": np.array([0.25])},
+                    upfront={"data_independent": np.array([0.5])})
+    assert cost.epsilon(DELTA, "data_independent", "classical") == pytest.approx(1.75)
+    assert cost.epsilon(DELTA, "data_independent", "classical", n=2) == pytest.approx(2.0)
+    assert cost.epsilon(DELTA, "data_dependent", "classical", "best") == pytest.approx(1.625)
+    # under PLD: the privacy loss distribution of the step's events, as privacy.pld composes them
+    one = dpsgd_step(0.01, 1.12, 2, ORDERS).epsilon(1e-5, "data_independent", "pld", n=3)
+    assert one == pytest.approx(pld.epsilon_pld([(pld.dpsgd_event(0.01, 1.12), 6)], 1e-5))
+
+
+def test_confident_gnmax_best_case_is_below_every_vote_at_a_high_threshold():
+    # threshold 1 (all 100 teachers), sigma1 = 10: unanimous votes pass the check with probability 1/2, which the
+    # data-dependent bound cannot price below lambda / (2 sigma1^2); votes spread over the 10 bins (top 10) almost
+    # surely fail it, which costs far less. The best case is the least over every top vote, not the unanimous one.
+    agg = DPGradAggParams(sigma1=10.0, sigma2=10.0, threshold=1.0)
+    cost = dpgradagg.step_cost(agg, 100, 10, ORDERS)
+    spread, unanimous = np.full((10, 10), 10), np.eye(10)[:1].repeat(10, axis=0) * 100
+    for votes in (spread, unanimous):
+        for answered in (np.zeros(10, bool), np.ones(10, bool)):
+            paid, _ = rdp_confident_gnmax_batch(votes, 100.0, 10.0, 10.0, ORDERS, answered)
+            assert np.all(cost.best["data_dependent"] <= paid * (1 + 1e-12))
+    assert cost.best["data_dependent"][2] < 0.01 * 10 * ORDERS[2] / (2 * 10.0**2)  # order 2: under 1% of unanimous

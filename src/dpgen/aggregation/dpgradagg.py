@@ -10,7 +10,7 @@ from torch.nn import functional as F
 
 from dpgen.privacy import laplace
 from dpgen.privacy.cost import StepCost
-from dpgen.privacy.pate import (rdp_confident_gnmax_batch, rdp_gnmax_data_independent,
+from dpgen.privacy.pate import (rdp_confident_gnmax_batch, rdp_gnmax_data_independent, rdp_threshold_cheapest,
                                 rdp_threshold_data_independent)
 
 
@@ -189,17 +189,15 @@ def worst_case_rdp(p: DPGradAggParams, n_queries: int, orders: np.ndarray) -> np
 def step_cost(p: DPGradAggParams, teachers: int, queries: int, orders, class_ratio_epsilon: float | None = None,
               ) -> StepCost:
     """One G-PATE iteration: `queries` Confident-GNMax queries (appendix D). Worst: every query answered,
-    data-independent. Best: no query answered (the threshold check alone, the cheapest outcome under either
-    bound), or under the data-dependent bound (the one the paper reports) unanimous teachers, answered or not,
-    whichever costs less. Upfront: the Laplace class ratio (section 6.2), when released."""
+    data-independent. Best, a lower bound on any iteration: each query pays its threshold check alone (no query
+    answered), under the data-dependent bound (the one the paper reports) at the votes where the check costs least.
+    Upfront: the Laplace class ratio (section 6.2), when released."""
     orders = np.asarray(orders, dtype=float)
     worst = worst_case_rdp(p, queries, orders)
-    unanimous = np.zeros((1, p.bins))
-    unanimous[0, 0] = teachers
-    outcome = {answered: rdp_confident_gnmax_batch(unanimous, p.threshold * teachers, p.sigma1, p.sigma2, orders,
-                                                   [answered]) for answered in (True, False)}
-    best_dependent = np.minimum(outcome[True][0], outcome[False][0])
+    # appendix D: a query costs eps1 (its threshold check) if refused, eps1 + eps2 if answered: eps1 at the least
+    cheapest = rdp_threshold_cheapest(teachers, p.bins, p.threshold * teachers, p.sigma1, orders)
     upfront = None if class_ratio_epsilon is None else {
         "data_independent": laplace.rdp_laplace(class_ratio_epsilon, orders)}
     return StepCost({"data_independent": worst}, orders, upfront=upfront,
-                    best={"data_dependent": queries * best_dependent, "data_independent": queries * outcome[False][1]})
+                    best={"data_dependent": queries * cheapest,
+                          "data_independent": queries * rdp_threshold_data_independent(p.sigma1, orders)})

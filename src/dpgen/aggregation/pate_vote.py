@@ -50,11 +50,11 @@ def worst_case_rdp(lam: float, n_queries: int, orders) -> np.ndarray:
 
 def step_cost(lam: float, teachers: int, queries: int, orders) -> StepCost:
     """One PATE-GAN iteration: `queries` noisy votes. Worst: data-independent (Papernot et al. 2017, Thm. 2);
-    best: unanimous teachers, data-dependent (PATE-GAN appendix Thm. 5)."""
+    best, a lower bound on any iteration: every query at the votes where it costs least, data-dependent (PATE-GAN
+    appendix Thm. 5)."""
     orders = np.asarray(orders, dtype=float)
     worst = worst_case_rdp(lam, queries, orders)
-    unanimous = np.array([teachers, 0.0])
-    best = queries * pategan.rdp_laplace_pate(unanimous, lam, orders)
+    best = queries * pategan.rdp_laplace_pate_cheapest(teachers, lam, orders)
     return StepCost({"data_independent": worst}, orders, best={"data_dependent": best, "data_independent": worst})
 
 

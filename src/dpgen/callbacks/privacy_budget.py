@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 
 import torch
@@ -13,14 +14,25 @@ from dpgen.privacy.ledger import ALL_CONVERSIONS, NEIGHBOURING, PrivacyLedger
 from dpgen.privacy.rdp import check_delta
 
 LEDGER_KEY = "privacy_ledger"
+PLAN_HINT = "`python -m dpgen.cli.plan <the same overrides>` prints how many steps a budget buys"
 PRIVATE_LOGS = ("log_private_losses=true: metrics.csv, train.log and the W&B run hold losses computed on private "
                 "records without noise (keys private/...); they are not covered by this guarantee and must stay "
                 "with the data")
 
 
+def rounded_up(value: float, digits: int = 3) -> float:
+    """`value` rounded up to `digits` significant digits: a budget printed for the user that is never below it."""
+    if not 0 < value < math.inf:
+        return value
+    shown = float(f"{value:.{digits}g}")
+    if shown < value:  # rounded down: one unit more in the last digit
+        shown = float(f"{shown + 10.0 ** (math.floor(math.log10(shown)) - digits + 1):.{digits}g}")
+    return shown
+
+
 class BudgetError(ValueError):
-    """The privacy configuration cannot be honoured (bad epsilon / delta / conversion, or a budget too
-    small for even one step); raised before any training step runs."""
+    """The privacy configuration cannot be honoured (bad epsilon / delta / conversion, or a budget too small for
+    even one step): raised before any training step runs, or when training ends without a released step."""
 
 
 class PrivacyBudget(WritesAtTrainEnd):
@@ -41,8 +53,10 @@ class PrivacyBudget(WritesAtTrainEnd):
         here does not run (Lightning runs a batch whose callbacks set should_stop otherwise).
 
     Behaviour, with eps(.) = ledger.epsilon(delta, bound, conversion):
-      - fit start: ValueError if one worst-case step alone exceeds the budget. Trainer min_steps /
-        min_epochs are refused (Lightning would keep training after a stop request).
+      - fit start: BudgetError if no step can fit the budget: when the worst case is checked before each step (below),
+        if one worst-case step exceeds it; otherwise if even the cheapest step (`step_cost().best`, a lower bound on
+        any step) does. Trainer min_steps / min_epochs are refused (Lightning would keep training after a stop
+        request).
       - before each batch: if eps(ledger + step_cost().worst) > epsilon, request the stop; the step is
         skipped through the module hook above.
       - after each batch: if eps(ledger) > epsilon (possible when the cost is only known afterwards, e.g.
@@ -57,6 +71,9 @@ class PrivacyBudget(WritesAtTrainEnd):
         (Lightning orders checkpoint callbacks last), so it never saves an over-budget step.
       - the ledger notes why training stopped and how many steps were discarded; privacy.json is written
         when training ends, before the evaluation callbacks, into trainer.default_root_dir (the run folder).
+      - training end with no released step (every step refused or rolled back): BudgetError, on every process and
+        before anything is written, so the run fails with no privacy.json and no generator.pt (`Release` runs
+        after this callback).
     """
 
     def __init__(self, epsilon: float, delta: float, bound: str = "data_dependent",
@@ -100,6 +117,30 @@ class PrivacyBudget(WritesAtTrainEnd):
         cost = None if cost is None else cost.worst
         return cost if cost is not None and (self.governing(pl_module.ledger) in cost or "gdp_mu" in cost) else None
 
+    def _check_budget(self, pl_module):
+        """BudgetError when the conversion does not fit the method, or when no step can fit the budget after what the
+        method spends upfront: the worst case of one step when it is checked before each step (a step runs only if
+        it fits), else its lower bound (a step whose cost is known afterwards is rolled back when over, and none
+        costs less). Nothing to check while the method does not know its step cost yet."""
+        if self.conversion == "pld" and not getattr(pl_module, "pld_ready", False):
+            raise BudgetError("privacy.conversion=pld needs every release to be a Gaussian or a Poisson-subsampled "
+                              "Gaussian: methods dpgan, dpcgan, pate_triplegan (with method.module.accounting=rdp)")
+        cost = pl_module.step_cost()
+        if cost is None:
+            return
+        case = "worst" if self._known_cost(pl_module) is not None else "best"
+        try:
+            one = cost.epsilon(self.delta, self.bound, self.conversion, case)
+        except ValueError as err:  # a bound or conversion that this method's releases do not allow
+            raise BudgetError(str(err)) from err
+        if one > self.epsilon:
+            priced = "one training step, priced at its worst case," if case == "worst" else "the cheapest training step"
+            raise BudgetError(
+                f"privacy budget too small for one step: {priced} costs epsilon={one:.4g} under bound "
+                f"{self.governing(pl_module.ledger)!r} ({self.conversion} conversion, delta={self.delta:g}) > "
+                f"privacy.epsilon={self.epsilon:g}; give privacy.epsilon={rounded_up(one):g} or more, or more noise "
+                f"({PLAN_HINT})")
+
     # snapshot
 
     @staticmethod
@@ -141,22 +182,16 @@ class PrivacyBudget(WritesAtTrainEnd):
             if trainer.fit_loop.min_steps or trainer.fit_loop.min_epochs:
                 raise BudgetError("PrivacyBudget cannot honour trainer.min_steps / min_epochs: unset them")
 
+    def on_fit_start(self, trainer, pl_module):
+        super().on_fit_start(trainer, pl_module)
+        if getattr(pl_module, "ledger", None) is not None:
+            self._check_budget(pl_module)  # before the method's own on_fit_start (GS-WGAN pretrains its critics there)
+
     def on_train_start(self, trainer, pl_module):
         ledger = getattr(pl_module, "ledger", None)
         if ledger is None:
             return
-        if self.conversion == "pld" and not getattr(pl_module, "pld_ready", False):
-            raise BudgetError("privacy.conversion=pld needs every release to be a Gaussian or a Poisson-subsampled "
-                              "Gaussian: methods dpgan, dpcgan, pate_triplegan (with method.module.accounting=rdp)")
-        cost = self._known_cost(pl_module)
-        nothing_spent = PrivacyLedger(ledger.orders, ledger.aliases)
-        if cost is not None and self._over(nothing_spent, cost):
-            one = self.spent(nothing_spent, cost)
-            raise BudgetError(
-                f"privacy budget too small: one training step alone costs epsilon={one:.4g} under bound "
-                f"{self.governing(ledger)!r} ({self.conversion} conversion, delta={self.delta:g}) > "
-                f"privacy.epsilon={self.epsilon:g}"
-            )
+        self._check_budget(pl_module)  # again: G-PATE knows its step cost from its own on_fit_start
         if self._restored:
             self._restore_snapshot(trainer, pl_module)  # resume from the checkpoint's last in-budget snapshot
             self._restored = False
@@ -187,12 +222,21 @@ class PrivacyBudget(WritesAtTrainEnd):
             self._take_snapshot(trainer, pl_module)
             pl_module.log("epsilon", spent, prog_bar=True)
 
-    def write_final(self, trainer, pl_module):  # privacy.json, before the evaluation callbacks
+    def check_final(self, trainer, pl_module):
+        """Notes why training stopped; BudgetError when no step is left to release (refused or rolled back)."""
         ledger = getattr(pl_module, "ledger", None)
         if ledger is None:
             return
         if ledger.stop is None:
             ledger.note_stop("trainer limits reached within the budget", 0)
+        if trainer.global_step <= ledger.stop["discarded_steps"]:
+            raise BudgetError(f"no training step was released ({ledger.stop['reason']}), so no generator was written: "
+                              f"a run needs a budget and step limits that allow one step ({PLAN_HINT})")
+
+    def write_final(self, trainer, pl_module):  # privacy.json, before the evaluation callbacks
+        ledger = getattr(pl_module, "ledger", None)
+        if ledger is None:
+            return
         folder = Path(trainer.default_root_dir)  # the run folder, beside generator.pt
         budget = {"budget": {"epsilon": self.epsilon, "delta": self.delta, "bound": self.bound,
                              "conversion": self.conversion}}

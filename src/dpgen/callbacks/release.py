@@ -21,6 +21,9 @@ class WritesAtTrainEnd(pl.Callback, ABC):
     def write_final(self, trainer, pl_module) -> None:
         """Writes this callback's part of the released run (process 0 only)."""
 
+    def check_final(self, trainer, pl_module) -> None:
+        """Runs on every process before `write_final`: raises when the run must release nothing (PrivacyBudget)."""
+
     def on_fit_start(self, trainer, pl_module):
         self._written = False
 
@@ -33,6 +36,7 @@ class WritesAtTrainEnd(pl.Callback, ABC):
 
     def _write(self, trainer, pl_module) -> None:
         self._written = True
+        self.check_final(trainer, pl_module)
         if trainer.is_global_zero:
             self.write_final(trainer, pl_module)
 

@@ -165,7 +165,7 @@ def show(result: dict) -> None:
     console.print(table)
     worst, best, unit = result["worst_case_steps"], result["best_case_steps"], result.get("step_unit", "steps")
     if best == 0:
-        message = "Not one step fits the budget: training would stop before (or roll back) its first step."
+        message = "Not one step fits the budget: train.py refuses it before training (one error line, exit status 2)."
     elif worst == best:
         message = f"A run stops after {best:,} {unit} (every step costs the same)."
     else:

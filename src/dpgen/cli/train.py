@@ -22,7 +22,7 @@ from dpgen.callbacks.release import FreePrivateModules, Release
 from dpgen.callbacks.run_clock import RunClock
 from dpgen.callbacks.sample_grid import SampleGrid
 from dpgen.cli.common import CONF_DIR, check_config, command_line, fail, machine, print_summary, run_job
-from dpgen.distributed import process_rank
+from dpgen.distributed import leave_process_group, process_rank
 from dpgen.files import atomic_write_text
 from dpgen.memory import peak_rss_gb
 
@@ -120,6 +120,7 @@ def run(cfg: DictConfig, extra_callbacks: tuple[pl.Callback, ...] = ()) -> dict:
     start = time.time()
     trainer.fit(model, datamodule=dm, ckpt_path=cfg.resume)
     wall = time.time() - start
+    leave_process_group()  # trainer=ddp: the processes need each other no more
     if not trainer.is_global_zero:  # trainer=ddp: process 0 writes the run's files
         return {}
     results = {

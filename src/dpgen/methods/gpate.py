@@ -89,6 +89,7 @@ class GPATE(PrivateGenerator):
         self.orders = np.asarray(DEFAULT_ORDERS, dtype=float)
         self.ledger = PrivacyLedger(self.orders)
         self.fake_batch = None  # per-teacher real batch size b: from the datamodule at fit start, else the first batch
+        self._step_costs = {}  # b -> StepCost
         self.noise = None  # secret randomness of DPGradAgg (aggregation/noise.py), made on the training device
 
     def configure_optimizers(self):
@@ -102,8 +103,11 @@ class GPATE(PrivateGenerator):
         if self.fake_batch is None:
             return None
         # Worst case known in advance; the data-dependent cost is known after the step (PrivacyBudget rolls back).
-        return step_cost(self.agg, self.n_teachers, self.queries_per_step(self.fake_batch), self.orders,
-                         self.class_ratio_epsilon)
+        b = self.fake_batch
+        if b not in self._step_costs:  # its best case tries every top vote: computed once per b
+            self._step_costs[b] = step_cost(self.agg, self.n_teachers, self.queries_per_step(b), self.orders,
+                                            self.class_ratio_epsilon)
+        return self._step_costs[b]
 
     def on_fit_start(self) -> None:
         # Runs after a checkpoint is restored (ledger and class_probs included), so a resumed run never releases

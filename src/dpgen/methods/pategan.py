@@ -64,6 +64,7 @@ class PATEGAN(PrivateGenerator):
                                         **{"lr": lr, "betas": (beta1, 0.999), **(teachers or {})})
         self.orders = DEFAULT_ORDERS
         self.ledger = PrivacyLedger(self.orders)
+        self._step_cost = None
         self.rng = None  # Laplace noise stream, from the OS's entropy at train start (fresh on resume)
         self.register_buffer("warmed_up", torch.tensor(self.teacher_warmup == 0))  # in checkpoints: once per run
 
@@ -76,7 +77,9 @@ class PATEGAN(PrivateGenerator):
         return self.student_steps * self.batch_size
 
     def step_cost(self):
-        return step_cost(self.lam, self.n_teachers, self.queries_per_step(), self.orders)
+        if self._step_cost is None:  # fixed by the parameters; its best case takes every vote, so it is kept
+            self._step_cost = step_cost(self.lam, self.n_teachers, self.queries_per_step(), self.orders)
+        return self._step_cost
 
     def on_train_start(self) -> None:
         self.rng = secret_rng()

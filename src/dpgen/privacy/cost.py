@@ -1,8 +1,9 @@
 """What one training step can cost, described once per mechanism (in the spirit of dp_accounting's DpEvent).
 
-A method builds its `StepCost` from its own parameters; PrivacyBudget checks `worst` before each step, and the
-planner (`python -m dpgen.cli.plan`) turns the same description into the number of steps a budget buys. A cost
-is a mapping in the ledger's `extra` format: bound -> RDP over `orders` and / or "gdp_mu" -> mu."""
+A method builds its `StepCost` from its own parameters; PrivacyBudget checks `worst` before each step and refuses a
+run whose first step cannot fit the budget (`epsilon`), and the planner (`python -m dpgen.cli.plan`) turns the same
+description into the number of steps a budget buys. A cost is a mapping in the ledger's `extra` format: bound -> RDP
+over `orders` and / or "gdp_mu" -> mu."""
 from __future__ import annotations
 
 import math
@@ -11,9 +12,10 @@ from typing import Mapping
 
 import numpy as np
 
+from . import pld
 from .dpsgd import rdp_subsampled_gaussian
 from .ledger import GDP_EXTRA, NO_DATA_DEPENDENT_BOUND, PrivacyLedger
-from .plan import largest_fitting, steps_within_budget_pld
+from .plan import largest_fitting
 from .pld import dpsgd_event
 from .rdp import as_orders
 
@@ -22,7 +24,7 @@ from .rdp import as_orders
 class StepCost:
     worst: Mapping            # the dearest a step can be (every query answered): what PrivacyBudget checks
     orders: np.ndarray        # the RDP orders of the costs
-    best: Mapping | None = None  # the cheapest (unanimous teachers, no query answered); None: always `worst`
+    best: Mapping | None = None  # a lower bound on any step (cheapest votes, no query answered); None: always `worst`
     aliases: Mapping = field(default_factory=dict)  # the method ledger's bound aliases
     pld_events: tuple = ()    # ((PLD event, count), ...) of one step when all of it is Gaussian (conversion=pld)
     upfront: Mapping | None = None  # a release made once before training (G-PATE's class ratio)
@@ -34,22 +36,27 @@ class StepCost:
             ledger.record("upfront", self.upfront)
         return ledger
 
-    def steps(self, epsilon: float, delta: float, bound: str, conversion: str, case: str = "worst") -> int:
-        """The most steps, each costing the `case` ("worst" or "best") cost, that fit (epsilon, delta) under
-        `bound` and `conversion`, after the upfront release: what PrivacyBudget lets a run take."""
-        if not epsilon > 0:
-            raise ValueError(f"epsilon must be > 0, got {epsilon}")
+    def epsilon(self, delta: float, bound: str, conversion: str, case: str = "worst", n: int = 1) -> float:
+        """epsilon at `delta` of the upfront release and n steps, each costing the `case` cost ("worst" or
+        "best"), under `bound` and `conversion`: with case="best" and n=1, the least a run's first step costs."""
         cost = self.worst if case == "worst" or self.best is None else self.best
         if conversion == "pld":
             if not self.pld_events or self.upfront is not None:
                 raise ValueError("privacy.conversion=pld needs every release to be a Gaussian or a Poisson-subsampled "
                                  "Gaussian")
-            return steps_within_budget_pld(self.pld_events, epsilon, delta, float(cost.get(GDP_EXTRA, 0.0)))
+            mu = math.sqrt(n) * float(cost.get(GDP_EXTRA, 0.0))  # n mu-GDP: sqrt(n) mu (Dong et al. 2022 Cor. 3.3)
+            return pld.epsilon_pld(pld.compose_gdp([(event, n * count) for event, count in self.pld_events], mu), delta)
         if conversion == "gdp" and set(cost) - {GDP_EXTRA}:
             raise ValueError("privacy.conversion=gdp needs every release in Gaussian DP (PATE-TripleGAN: "
                              "method.module.accounting=clt)")
-        ledger = self.ledger()
-        return largest_fitting(lambda n: ledger.epsilon(delta, bound, conversion, extra=times(cost, n))[0] <= epsilon)
+        return self.ledger().epsilon(delta, bound, conversion, extra=times(cost, n))[0]
+
+    def steps(self, epsilon: float, delta: float, bound: str, conversion: str, case: str = "worst") -> int:
+        """The most steps, each costing the `case` ("worst" or "best") cost, that fit (epsilon, delta) under
+        `bound` and `conversion`, after the upfront release: what PrivacyBudget lets a run take."""
+        if not epsilon > 0:
+            raise ValueError(f"epsilon must be > 0, got {epsilon}")
+        return largest_fitting(lambda n: self.epsilon(delta, bound, conversion, case, n) <= epsilon)
 
 
 def times(cost: Mapping, n: int) -> dict:

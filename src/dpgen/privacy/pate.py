@@ -110,8 +110,8 @@ def rdp_threshold_data_independent(sigma1: float, orders) -> np.ndarray:
     return as_orders(orders) / (2.0 * sigma1**2)
 
 
-def _log_pr_answered_and_not(votes: np.ndarray, threshold: float, sigma1: float):
-    top = votes.max(axis=1)
+def _log_pr_answered_and_not(top: np.ndarray, threshold: float, sigma1: float):
+    """log Pr[answered] and log Pr[not answered] of queries whose top vote counts are `top`."""
     # Pr[max + N(0, sigma1^2) >= T] = Phi((max - T) / sigma1), and its complement Phi((T - max) / sigma1)
     return log_ndtr((top - threshold) / sigma1), log_ndtr((threshold - top) / sigma1)
 
@@ -119,11 +119,13 @@ def _log_pr_answered_and_not(votes: np.ndarray, threshold: float, sigma1: float)
 def log_pr_answered(votes, threshold: float, sigma1: float) -> float:
     """log Pr[the noisy max vote reaches the threshold] (Algorithm 3 line 1, appendix D)."""
     sigma1 = _check_sigma("sigma1", sigma1)
-    return float(_log_pr_answered_and_not(_votes_2d(np.atleast_2d(votes)), float(threshold), sigma1)[0][0])
+    top = _votes_2d(np.atleast_2d(votes)).max(axis=1)
+    return float(_log_pr_answered_and_not(top, float(threshold), sigma1)[0][0])
 
 
-def _rdp_threshold_2d(votes: np.ndarray, threshold: float, sigma1: float, orders: np.ndarray) -> np.ndarray:
-    log_yes, log_no = _log_pr_answered_and_not(votes, threshold, sigma1)
+def _rdp_threshold_top(top: np.ndarray, threshold: float, sigma1: float, orders: np.ndarray) -> np.ndarray:
+    """Data-dependent RDP (Q, orders) of the threshold checks of Q queries: a function of their top votes alone."""
+    log_yes, log_no = _log_pr_answered_and_not(top, threshold, sigma1)
     # The check has two outcomes; the likely one fails with probability q = min(p, 1 - p). Its
     # data-independent RDP is lambda / (2 sigma1^2) (sensitivity 1), i.e. the Gaussian form above with
     # variance 2 sigma1^2, "noise sqrt(2) sigma1" in Papernot et al. 2018 (section 4.1, Theorem 6).
@@ -133,7 +135,21 @@ def _rdp_threshold_2d(votes: np.ndarray, threshold: float, sigma1: float, orders
 def rdp_threshold(votes, threshold: float, sigma1: float, orders) -> np.ndarray:
     """Data-dependent RDP of the noisy threshold check; never above lambda / (2 sigma1^2)."""
     sigma1 = _check_sigma("sigma1", sigma1)
-    return _rdp_threshold_2d(_votes_2d(np.atleast_2d(votes)), float(threshold), sigma1, as_orders(orders))[0]
+    top = _votes_2d(np.atleast_2d(votes)).max(axis=1)
+    return _rdp_threshold_top(top, float(threshold), sigma1, as_orders(orders))[0]
+
+
+def rdp_threshold_cheapest(teachers: int, bins: int, threshold: float, sigma1: float, orders) -> np.ndarray:
+    """The least data-dependent RDP of one threshold check over every vote of `teachers` teachers in `bins` bins,
+    order by order: a lower bound on what any Confident-GNMax query costs, answered or not (appendix D charges
+    the check always). The check sees the top vote alone, and every count from ceil(teachers / bins) (votes
+    spread evenly) to `teachers` (unanimous) can be the top one, so all of them are tried."""
+    sigma1 = _check_sigma("sigma1", sigma1)
+    if int(teachers) < 1 or int(bins) < 2:
+        raise ValueError(f"need teachers >= 1 and bins >= 2, got {teachers} and {bins}")
+    # Algorithm 3 line 1 (appendix D) reads max_j n_j alone; bins summing to `teachers` put it in this range
+    top = np.arange(-(-int(teachers) // int(bins)), int(teachers) + 1, dtype=float)
+    return _rdp_threshold_top(top, float(threshold), sigma1, as_orders(orders)).min(axis=0)
 
 
 def rdp_confident_gnmax(votes, threshold: float, sigma1: float, sigma2: float, orders, answered: bool) -> np.ndarray:
@@ -157,7 +173,7 @@ def rdp_confident_gnmax_batch(votes, threshold: float, sigma1: float, sigma2: fl
     if answered.shape != (votes.shape[0],):
         raise ValueError(f"answered must have shape ({votes.shape[0]},), got {answered.shape}")
     n_answered = int(answered.sum())
-    data_dependent = _rdp_threshold_2d(votes, float(threshold), sigma1, orders).sum(axis=0)
+    data_dependent = _rdp_threshold_top(votes.max(axis=1), float(threshold), sigma1, orders).sum(axis=0)
     if n_answered:
         log_q = _log_q_gnmax_2d(votes[answered], sigma2)
         data_dependent = data_dependent + _rdp_from_log_q(log_q, sigma2**2, orders).sum(axis=0)

@@ -69,3 +69,13 @@ def rdp_laplace_pate(votes, lam: float, orders) -> np.ndarray:
     rdp = data_independent.copy()
     rdp[integer] = np.minimum(data_independent[integer], alpha / l)
     return rdp
+
+
+def rdp_laplace_pate_cheapest(teachers: int, lam: float, orders) -> np.ndarray:
+    """The least data-dependent RDP of one query over every vote [teachers - k, k] of `teachers` teachers between
+    two classes (PATE-GAN's real / fake), order by order: a lower bound on what any query costs. The bound depends
+    on the gap |teachers - 2k| alone, so k <= teachers / 2 covers every vote."""
+    if int(teachers) < 1:
+        raise ValueError(f"need teachers >= 1, got {teachers}")
+    # Lemma 4 (Papernot et al. 2017; PATE-GAN appendix): q is a function of the gap n* - n_j alone
+    return np.min([rdp_laplace_pate([teachers - k, k], lam, orders) for k in range(int(teachers) // 2 + 1)], axis=0)
