@@ -37,8 +37,8 @@ def script_here(script: str, *args: str, cwd: Path, env: dict[str, str] | None =
 def own_logging():
     """Hydra sets up logging for its job as in a fresh process: `logging.config.dictConfig` closes every handler
     that exists (pytest's own among them) and replaces the root logger's. Here it sees none of the test's, the
-    loggers are put back afterwards, and the handlers of the job (its train.log) are closed, as at a process's
-    exit."""
+    loggers are put back afterwards, and the root handlers the job added (its train.log) are closed, as at a
+    process's exit; handlers a library added on import (absl's) stay."""
     loggers = [logging.getLogger(), *(logger for logger in logging.root.manager.loggerDict.values()
                                       if isinstance(logger, logging.Logger))]
     state = [(logger, list(logger.handlers), logger.level, logger.propagate, logger.disabled) for logger in loggers]
@@ -47,12 +47,14 @@ def own_logging():
     try:
         yield
     finally:
+        jobs = [handler for handler in logging.getLogger().handlers if handler not in state[0][1]]
         for logger, handlers, level, propagate, disabled in state:
             logger.handlers[:] = handlers
             logger.setLevel(level)
             logger.propagate, logger.disabled = propagate, disabled
-        logging.shutdown(list(logging._handlerList))  # the job's handlers: flushed and closed
-        logging._handlerList[:] = existing
+        added = [ref for ref in logging._handlerList if ref() not in jobs]
+        logging.shutdown([ref for ref in logging._handlerList if ref() in jobs])  # flushed and closed
+        logging._handlerList[:] = existing + added
 
 
 def train_here(run_dir: Path, *overrides: str, data_root: Path) -> subprocess.CompletedProcess:

@@ -91,6 +91,22 @@ def test_classifier_cache_by_dataset_and_weights_hash(mnist, classifier, tmp_pat
         load_classifier(path)
 
 
+def test_a_shipped_classifier_serves_only_the_training_set_it_was_trained_on(mnist, classifier, tmp_path, monkeypatch):
+    shipped, cache = tmp_path / "shipped", tmp_path / "cache"
+    x, y = mnist["train"]
+    save_classifier(classifier, "mnist", shipped, {"epochs": 3, "train_data": fidelity.tensor_hash(x)})
+    monkeypatch.setattr(fidelity, "SHIPPED", shipped)
+    monkeypatch.setenv("DPGEN_CACHE", str(cache))
+    trained = []
+    monkeypatch.setattr(fidelity, "train_domain_classifier",
+                        lambda *args, **kwargs: trained.append(1) or (classifier, {"epochs": 3}))
+    assert domain_classifier_for("mnist", x, y, *mnist["test"], num_classes=10)[1]["hash"] == weights_hash(classifier)
+    assert not trained and not cache.exists()  # used as shipped: nothing trained, nothing written
+    domain_classifier_for("mnist", x[:2000], y[:2000], *mnist["test"], num_classes=10)  # other data: trained
+    domain_classifier_for("mnist", x, y, *mnist["test"], num_classes=10, directory=tmp_path / "mine")  # own folder
+    assert len(trained) == 2
+
+
 def test_weights_hash_follows_the_weights():
     torch.manual_seed(0)
     a = domain_classifier(1, 10, 28)

@@ -105,7 +105,7 @@ class DownstreamUtility(EvaluationCallback):
         at_end: bool = True,
         seed: int = 0,
         val_fraction: float = 0.1,
-        max_epochs: int = 20,
+        max_epochs: int = 10,
         patience: int = 3,
         tabular_models: str = "gpate",
         ranking: bool = False,

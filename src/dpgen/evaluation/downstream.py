@@ -38,7 +38,7 @@ def image_accuracy(
     *,
     num_classes: int,
     val_fraction: float = 0.1,
-    max_epochs: int = 20,
+    max_epochs: int = 10,
     patience: int = 3,
     batch_size: int = 128,
     optimizer: str = "adam",

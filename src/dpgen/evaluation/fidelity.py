@@ -26,6 +26,8 @@ from dpgen.evaluation.training import accuracy, resolve_device, train_classifier
 from dpgen.nn.classifier import CNNClassifier, domain_classifier
 
 FEATURES = ("logits", "penultimate")
+# Domain classifiers shipped with dpgen, so that a first run need not train one (docs/EVALUATION.md)
+SHIPPED = Path(__file__).resolve().parent / "classifiers"
 # How a domain classifier is trained (`train_classifier` settings); part of its cache key. A cached file without
 # an entry was trained with its default here.
 RECIPE = {"epochs": 3, "flip": False, "cosine": False, "channels": (32, 64)}
@@ -111,7 +113,8 @@ def train_domain_classifier(
                      batch_size=batch_size, seed=seed, device=device, progress=progress)
     seconds = time.perf_counter() - start
     model.cpu()
-    info = {"test_accuracy": accuracy(model, test_x, test_y), "train_seconds": seconds, **recipe, "n_train": len(train_x)}
+    info = {"test_accuracy": accuracy(model, test_x, test_y), "train_seconds": seconds, **recipe, "n_train": len(train_x),
+            "train_data": tensor_hash(train_x)}
     return model, info
 
 
@@ -131,14 +134,25 @@ def domain_classifier_for(
 ) -> tuple[CNNClassifier, dict]:
     """The cached domain classifier of `dataset` (newest `<dataset>-<hash>.pt` in `directory` whose
     architecture fits the data and that was trained by `recipe`), trained on the real training set and
-    cached on a miss. `directory` defaults to `cache_dir() / "classifiers"`."""
-    directory = Path(directory) if directory is not None else cache_dir() / "classifiers"
+    cached on a miss. `directory` defaults to `cache_dir() / "classifiers"`, and then the classifiers shipped
+    with dpgen (SHIPPED) are also used, each only for the very training set it was trained on."""
     recipe = full_recipe(recipe)
     wanted = {"in_channels": train_x.shape[1], "num_classes": num_classes, "image_size": tuple(train_x.shape[2:])}
+
+    def fits(model, info) -> bool:
+        trained_by = {key: info.get(key, default) for key, default in RECIPE.items()}
+        return all(model.config[key] == value for key, value in wanted.items()) and trained_by == recipe
+
+    shipped = [] if directory is not None else sorted(SHIPPED.glob(f"{dataset}-*.pt"))
+    directory = Path(directory) if directory is not None else cache_dir() / "classifiers"
     for path in sorted(directory.glob(f"{dataset}-*.pt"), key=lambda p: p.stat().st_mtime, reverse=True):
         model, info = load_classifier(path)
-        trained_by = {key: info.get(key, default) for key, default in RECIPE.items()}
-        if all(model.config[key] == value for key, value in wanted.items()) and trained_by == recipe:
+        if fits(model, info):
+            return model, info
+    data = tensor_hash(train_x) if shipped else None
+    for path in shipped:
+        model, info = load_classifier(path)
+        if fits(model, info) and info.get("train_data") == data:
             return model, info
     model, info = train_domain_classifier(
         train_x, train_y, test_x, test_y, num_classes=num_classes, recipe=recipe, seed=seed, device=device, progress=progress

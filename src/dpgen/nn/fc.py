@@ -75,14 +75,16 @@ class ConditionalMLP(nn.Module):
 
 
 class FCGenerator(nn.Module):
-    """[z, y] -> a record of `shape` in [0, 1] (sigmoid output)."""
+    """[z, y] -> a record of `shape` in [0, 1] (sigmoid output); `batch_norm`: BatchNorm after each hidden layer
+    (DP-MERF's generator)."""
 
     def __init__(self, shape: Sequence[int], num_classes: int, z_dim: int = 128, hidden: Sequence[int] = (256, 512),
-                 activation: str = "half_relu", feature_bound: float | None = 0.5, label_every_layer: bool = True):
+                 activation: str = "half_relu", feature_bound: float | None = 0.5, label_every_layer: bool = True,
+                 batch_norm: bool = False):
         super().__init__()
         self.shape, self.z_dim = tuple(shape), z_dim
         self.net = ConditionalMLP(z_dim, math.prod(self.shape), num_classes, tuple(hidden), activation,
-                                 feature_bound, label_every_layer)
+                                 feature_bound, label_every_layer, batch_norm)
 
     def forward(self, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(self.net(z, y)).view(-1, *self.shape)

@@ -1,7 +1,8 @@
 """Mechanisms and accountants: plain numpy functions over RDP orders, and the PrivacyLedger.
 
 Modules: rdp (orders, RDP -> (eps, delta)), pate (Confident-GNMax), pategan (Laplace PATE moments
-accountant), dpsgd (subsampled Gaussian via Opacus), gdp (Gaussian DP), laplace (released counts),
+accountant), dpsgd (subsampled Gaussian via Opacus), gdp (Gaussian DP), gaussian (one Gaussian release
+calibrated to a budget: the analytic Gaussian mechanism), laplace (released counts),
 ledger (PrivacyLedger), cost (StepCost: what one training step can cost), plan (steps
 within a budget), pld (privacy loss distributions via dp_accounting).
 See docs/PRIVACY.md.

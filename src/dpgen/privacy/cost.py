@@ -27,13 +27,19 @@ class StepCost:
     best: Mapping | None = None  # a lower bound on any step (cheapest votes, no query answered); None: always `worst`
     aliases: Mapping = field(default_factory=dict)  # the method ledger's bound aliases
     pld_events: tuple = ()    # ((PLD event, count), ...) of one step when all of it is Gaussian (conversion=pld)
-    upfront: Mapping | None = None  # a release made once before training (G-PATE's class ratio)
+    # a release made once before training, in the same format: G-PATE's class ratio (RDP), DP-MERF's mean
+    # embedding ({"gdp_mu": mu})
+    upfront: Mapping | None = None
 
     def ledger(self) -> PrivacyLedger:
         """A ledger holding what a run has spent before its first step."""
         ledger = PrivacyLedger(self.orders, aliases=self.aliases)
-        if self.upfront is not None:
-            ledger.record("upfront", self.upfront)
+        upfront = dict(self.upfront or {})
+        mu = float(upfront.pop(GDP_EXTRA, 0.0))
+        if upfront:
+            ledger.record("upfront", upfront)
+        if mu > 0:
+            ledger.record_gdp("upfront_gdp", mu)
         return ledger
 
     def epsilon(self, delta: float, bound: str, conversion: str, case: str = "worst", n: int = 1) -> float:

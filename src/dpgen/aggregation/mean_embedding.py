@@ -1,0 +1,103 @@
+"""DP-MERF's private channel (Harder, Adamczewski & Park, AISTATS 2021): one Gaussian release of the class-conditional
+random Fourier feature embedding of the whole private training set. Everything a generator learns afterwards is
+computed from this release alone (post-processing).
+
+What is released: S = sum over records (x, y) of v(x, y) + N(0, sigma^2 I), where v(x, y) is the (K, D + 1) matrix
+whose row y is [phi(x), a] and whose other rows are 0 (phi: D random Fourier features of norm exactly 1, a: a
+public constant). Column D of S is a times the per-class counts, so one mechanism releases sums and counts, and the
+class means are S[c, :D] / (S[c, D] / a), post-processing of S (no public N is assumed).
+
+Sensitivity (add/remove one record, docs/PRIVACY.md): S changes by exactly v(x, y), of L2 norm
+sqrt(|phi(x)|^2 + a^2) = sqrt(1 + a^2) for every record, so Delta = sqrt(1 + a^2), attained by every record."""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from dpgen.aggregation.noise import secret_generator
+from dpgen.privacy.gdp import mu_gaussian
+from dpgen.privacy.ledger import PrivacyLedger
+
+MECHANISM = "gaussian_mean_embedding"
+
+
+class RandomFourierFeatures(nn.Module):
+    """phi(x) = [cos(W x), sin(W x)] / sqrt(D / 2) for flattened x, W (D / 2, dim) ~ N(0, 1 / bandwidth^2) i.i.d.:
+    random Fourier features of the Gaussian kernel exp(-|x - x'|^2 / (2 bandwidth^2)) (Rahimi & Recht 2007), in the
+    cos / sin pair form of DP-MERF's code, so |phi(x)|^2 = sum_j (cos^2 + sin^2) / (D / 2) = 1 exactly for every x.
+    W is drawn from `seed` alone (public, data-independent) and is not saved: the same seed gives the same W."""
+
+    def __init__(self, dim: int, n_features: int, bandwidth: float, seed: int):
+        super().__init__()
+        if n_features < 2 or n_features % 2 or not bandwidth > 0:
+            raise ValueError(f"need an even n_features >= 2 and bandwidth > 0, got {n_features}, {bandwidth}")
+        self.n_features, self.bandwidth, self.seed = int(n_features), float(bandwidth), int(seed)
+        w = torch.randn(n_features // 2, dim, generator=torch.Generator().manual_seed(self.seed)) / self.bandwidth
+        self.register_buffer("w", w, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        wx = x.flatten(1).to(self.w.dtype) @ self.w.T
+        return torch.cat([wx.cos(), wx.sin()], 1) / math.sqrt(self.n_features / 2)
+
+
+def sensitivity(a: float) -> float:
+    """L2 norm of one record's v(x, y) = [phi(x), a] in row y: sqrt(|phi(x)|^2 + a^2) = sqrt(1 + a^2) (module doc)."""
+    return math.sqrt(1.0 + float(a) ** 2)
+
+
+def embedding_sums(chunks: Iterable[tuple[torch.Tensor, torch.Tensor]], features: RandomFourierFeatures,
+                   num_classes: int, a: float) -> torch.Tensor:
+    """sum over records of v(x, y) (module doc), without noise: (K, D + 1) float64, one pass over `chunks` of
+    (x, y) batches (each record in exactly one chunk), one matmul per chunk."""
+    device = features.w.device
+    sums = torch.zeros(num_classes, features.n_features + 1, dtype=torch.float64, device=device)
+    for x, y in chunks:
+        onehot = nn.functional.one_hot(y.to(device).long(), num_classes).to(features.w.dtype)
+        phi = features(x.to(device))
+        sums[:, :-1] += (onehot.T @ phi).double()
+        sums[:, -1] += a * onehot.sum(0).double()
+    return sums
+
+
+@dataclass
+class EmbeddingRelease:
+    """The released (K, D + 1) noisy sums and what it spent: one Gaussian release, mu = sensitivity / sigma GDP."""
+
+    sums: torch.Tensor
+    a: float
+    sigma: float
+
+    @property
+    def sensitivity(self) -> float:
+        return sensitivity(self.a)
+
+    @property
+    def mu(self) -> float:
+        """The Gaussian mechanism is exactly (Delta / sigma)-GDP (Dong et al. 2022, Thm. 2.7)."""
+        return mu_gaussian(self.sensitivity, self.sigma)
+
+    def record(self, ledger: PrivacyLedger, params: dict | None = None) -> None:
+        """Its ledger entry: one mu-GDP release."""
+        ledger.record_gdp(MECHANISM, self.mu, count=1, params={"sigma": self.sigma, "sensitivity": self.sensitivity,
+                                                                "a": self.a, **(params or {})})
+
+    def class_means(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Post-processing: (K, D) class mean embeddings S[c, :D] / n_c and (K,) counts n_c = S[c, D] / a, the
+        counts floored at 1 (a noisy count can be <= 0 for a small class)."""
+        counts = (self.sums[:, -1] / self.a).clamp(min=1.0)
+        return self.sums[:, :-1] / counts[:, None], counts
+
+
+def release(chunks: Iterable[tuple[torch.Tensor, torch.Tensor]], features: RandomFourierFeatures, num_classes: int,
+            a: float, sigma: float) -> EmbeddingRelease:
+    """The one release: embedding_sums + N(0, sigma^2) on each of its K (D + 1) entries, the noise from the OS's
+    entropy (aggregation/noise.py). `sigma` is calibrated by the caller (privacy/gaussian.py)."""
+    if not a > 0 or not sigma > 0:
+        raise ValueError(f"need a > 0 and sigma > 0, got a={a}, sigma={sigma}")
+    sums = embedding_sums(chunks, features, num_classes, a)
+    noise = torch.randn(sums.shape, generator=secret_generator(), dtype=torch.float64)
+    return EmbeddingRelease(sums + sigma * noise.to(sums.device), float(a), float(sigma))

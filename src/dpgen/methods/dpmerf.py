@@ -1,0 +1,139 @@
+"""DP-MERF (Harder, Adamczewski & Park, AISTATS 2021): the private data is read once, by one Gaussian release of its
+class-conditional random Fourier feature mean embedding (aggregation/mean_embedding.py); a generator is then
+trained to match that release, which is post-processing and costs no privacy, for as many steps as configured."""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+from dpgen.aggregation import mean_embedding
+from dpgen.callbacks.checkpoint_io import CheckpointError
+from dpgen.data.base import TensorData
+from dpgen.methods.base import PrivateGenerator
+from dpgen.nn.fc import FCGenerator
+from dpgen.privacy.cost import StepCost
+from dpgen.privacy.gaussian import gaussian_sigma
+from dpgen.privacy.gdp import mu_gaussian
+from dpgen.privacy.ledger import GDP_EXTRA, NO_DATA_DEPENDENT_BOUND, PrivacyLedger
+from dpgen.privacy.rdp import DEFAULT_ORDERS
+
+FEATURES_KEY = "dpmerf_features"
+LABELS = ("balanced", "released")
+POST_PROCESSING = ("the run's only access to private data, once before training; every training step reads this "
+                   "release alone (post-processing: no privacy cost)")
+
+
+def record_chunks(data: TensorData, size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The records of `data` in order, `size` at a time: each record read exactly once."""
+    for start in range(0, len(data), size):
+        yield data[start:start + size]
+
+
+class DPMERF(PrivateGenerator):
+    """Once, at fit start: S = sum over the training set of [phi(x), a] in row y, plus N(0, sigma^2) noise
+    (mean_embedding.release), sigma calibrated so that the ledger reports exactly the budget (privacy.epsilon,
+    privacy.delta) under privacy.conversion (gdp: the analytic Gaussian mechanism, privacy/gaussian.py). Then each
+    step: a batch of `batch_size` labels (balanced, or drawn from the released class counts: `labels="released"`),
+    G(z, y), and one Adam step on sum_c |sum_{i: y_i = c} (phi(G(z_i, c)) - m_c)|^2 / B^2, m_c the released mean
+    embedding of class c (DP-MERF's squared MMD between the released and the generated embeddings).
+
+    The generator is DP-MERF's MLP [z, y] -> 200 -> 500 -> C*H*W (BatchNorm, ReLU, sigmoid output). The datamodule's
+    loader only drives Lightning's steps; its batches are not used."""
+
+    neighbouring = "add_remove"
+
+    def __init__(self, shape, num_classes, kind, epsilon: float, delta: float, conversion: str = "gdp",
+                 batch_size: int = 500, n_features: int = 10_000, bandwidth: float = 5.0, count_feature: float = 0.2,
+                 z_dim: int = 20, lr: float = 1e-2, labels: str = "balanced", chunk_size: int = 4096,
+                 generator: dict | None = None, seed: int = 0):
+        if kind != "image":
+            raise ValueError(f"method=dpmerf supports image data for now, not {kind!r}")
+        if labels not in LABELS:
+            raise ValueError(f"labels must be one of {LABELS}, got {labels!r}")
+        if conversion == "pld":
+            raise ValueError("method=dpmerf makes one Gaussian release, for which privacy.conversion=gdp is exact: "
+                             "use gdp (pld would only add discretization error)")
+        if batch_size < 1 or chunk_size < 1 or not count_feature > 0:
+            raise ValueError(f"need batch_size >= 1, chunk_size >= 1, count_feature > 0; got {batch_size}, "
+                             f"{chunk_size}, {count_feature}")
+        super().__init__(shape, num_classes, kind, z_dim=z_dim, generator=generator)
+        self.latent_dist = "normal"  # DP-MERF's code draws z ~ N(0, I)
+        self.epsilon, self.delta, self.conversion = float(epsilon), float(delta), conversion
+        self.batch_size, self.lr, self.labels, self.chunk_size = int(batch_size), float(lr), labels, int(chunk_size)
+        self.count_feature = float(count_feature)
+        self.features = mean_embedding.RandomFourierFeatures(math.prod(self.shape), n_features, bandwidth, seed)
+        self.sensitivity = mean_embedding.sensitivity(self.count_feature)
+        self.sigma = gaussian_sigma(self.epsilon, self.delta, self.sensitivity, conversion)
+        self.orders = DEFAULT_ORDERS
+        self.ledger = PrivacyLedger(self.orders, aliases=NO_DATA_DEPENDENT_BOUND)
+        # the release, post-processed: class mean embeddings (K, D) and noisy class counts (K,)
+        self.register_buffer("target", torch.zeros(self.num_classes, n_features))
+        self.register_buffer("counts", torch.zeros(self.num_classes))
+
+    def build_generator(self, hidden=(200, 500), batch_norm: bool = True, **kwargs) -> nn.Module:
+        return FCGenerator(self.shape, self.num_classes, z_dim=self.z_dim, hidden=tuple(hidden), activation="relu",
+                           feature_bound=None, label_every_layer=False, batch_norm=batch_norm, **kwargs)
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.net_g.parameters(), lr=self.lr)
+
+    # privacy
+
+    def step_cost(self):
+        """The release (mu-GDP, upfront) and steps that cost nothing: PrivacyBudget refuses a budget the release
+        alone exceeds (it cannot, sigma being calibrated to it) and lets every step run."""
+        return StepCost({GDP_EXTRA: 0.0}, self.orders, aliases=NO_DATA_DEPENDENT_BOUND,
+                        upfront={GDP_EXTRA: mu_gaussian(self.sensitivity, self.sigma)})
+
+    def on_fit_start(self) -> None:
+        # Runs after a checkpoint is restored (ledger and release included): a resumed run never releases again.
+        if self.ledger.empty:
+            dm = getattr(self.trainer, "datamodule", None)
+            if dm is None or getattr(dm, "train_data", None) is None:
+                raise ValueError("method=dpmerf needs the training records: fit with a dpgen datamodule")
+            self.release_embedding(dm.train_data)
+        if self.labels == "released":
+            self.class_probs = (self.counts / self.counts.sum()).cpu()
+
+    @torch.no_grad()
+    def release_embedding(self, data: TensorData) -> None:
+        """The one release, recorded in the ledger; keeps its post-processed class means and counts."""
+        out = mean_embedding.release(record_chunks(data, self.chunk_size), self.features, self.num_classes,
+                                     self.count_feature, self.sigma)
+        out.record(self.ledger, {"epsilon": self.epsilon, "delta": self.delta, "conversion": self.conversion,
+                                 "n_features": self.features.n_features, "bandwidth": self.features.bandwidth,
+                                 "feature_seed": self.features.seed, "note": POST_PROCESSING})
+        means, counts = out.class_means()
+        self.target.copy_(means)
+        self.counts.copy_(counts)
+
+    def on_save_checkpoint(self, checkpoint):
+        checkpoint[FEATURES_KEY] = {"seed": self.features.seed, "bandwidth": self.features.bandwidth}
+
+    def on_load_checkpoint(self, checkpoint):
+        saved = checkpoint.get(FEATURES_KEY)
+        mine = {"seed": self.features.seed, "bandwidth": self.features.bandwidth}
+        if saved is not None and saved != mine:
+            raise CheckpointError(f"this checkpoint's release was made with random features {saved}, not {mine}: "
+                                  "resume it with the same seed and method.module.bandwidth")
+
+    # training
+
+    def embedding_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """sum_c |sum_{i: y_i = c} (phi(x_i) - m_c)|^2 / B^2: the squared distance between the generated
+        embedding sum_i phi(x_i) e_{y_i}^T / B and the released means weighted by the batch's label shares."""
+        diff = self.features(x) - self.target[y]
+        per_class = torch.zeros_like(self.target).index_add_(0, y, diff)
+        return per_class.pow(2).sum() / len(y) ** 2
+
+    def training_step(self, batch, batch_idx):
+        y = self.sample_labels(self.batch_size)
+        loss = self.embedding_loss(self.net_g(self.latent(self.batch_size), y), y)
+        opt = self.optimizers()
+        opt.zero_grad()
+        self.manual_backward(loss)
+        opt.step()
+        self.log_losses({"loss_g": loss.detach()})

@@ -1,0 +1,72 @@
+"""aggregation/mean_embedding.py: features of norm 1, the sensitivity by neighbouring data sets, the noise."""
+import math
+
+import pytest
+import torch
+
+from dpgen.aggregation.mean_embedding import (EmbeddingRelease, RandomFourierFeatures, embedding_sums, release,
+                                              sensitivity)
+
+K, A = 3, 0.2
+
+
+def records(n: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(n, 1, 4, 4, generator=g), torch.randint(0, K, (n,), generator=g)
+
+
+def features(dtype=torch.float64):
+    return RandomFourierFeatures(16, 64, bandwidth=1.0, seed=0).to(dtype)
+
+
+def sums(x, y, phi):
+    return embedding_sums([(x, y)], phi, K, A)
+
+
+def test_features_have_norm_one_and_depend_on_the_seed_only():
+    x, _ = records(50, 1)
+    x = torch.cat([x, torch.zeros(1, 1, 4, 4), torch.ones(1, 1, 4, 4)])
+    assert torch.allclose(features()(x).norm(dim=1), torch.ones(len(x), dtype=torch.float64), atol=1e-12)
+    assert torch.equal(features().w, features().w)
+    assert not torch.equal(features().w, RandomFourierFeatures(16, 64, 1.0, seed=1).w.double())
+
+
+def test_adding_or_removing_one_record_moves_the_statistic_by_exactly_the_sensitivity():
+    phi = features()
+    x, y = records(20, 2)
+    base = sums(x, y, phi)
+    extra_x, extra_y = records(200, 3)
+    extra_x[0], extra_x[1] = 0.0, 1.0  # the corners of the pixel cube too
+    moves = [(sums(torch.cat([x, extra_x[i:i + 1]]), torch.cat([y, extra_y[i:i + 1]]), phi) - base).norm()
+             for i in range(len(extra_x))]
+    keep = torch.ones(len(x), dtype=torch.bool)
+    for i in range(len(x)):  # remove record i
+        keep[i] = False
+        moves.append((base - sums(x[keep], y[keep], phi)).norm())
+        keep[i] = True
+    moves = torch.stack(moves)
+    bound = sensitivity(A)
+    assert bound == pytest.approx(math.sqrt(1 + A**2))
+    assert moves.max() <= bound * (1 + 1e-12)  # the bound holds ...
+    assert moves.min() >= bound * (1 - 1e-12)  # ... and every record attains it: it is tight
+
+
+def test_chunks_give_the_same_sums_as_one_pass():
+    phi = features()
+    x, y = records(50, 4)
+    chunked = embedding_sums([(x[i:i + 7], y[i:i + 7]) for i in range(0, 50, 7)], phi, K, A)
+    assert torch.allclose(chunked, sums(x, y, phi), atol=1e-12)
+    assert torch.allclose(chunked[:, -1] / A, torch.bincount(y, minlength=K).double())
+
+
+def test_the_release_adds_gaussian_noise_of_std_sigma_and_post_processes_to_means():
+    phi = RandomFourierFeatures(16, 2000, bandwidth=1.0, seed=0)
+    x, y = records(60, 5)
+    exact = sums(x, y, phi)
+    out = release([(x, y)], phi, K, A, sigma=3.0)
+    noise = out.sums - exact
+    assert noise.std().item() == pytest.approx(3.0, rel=0.05) and abs(noise.mean().item()) < 0.1
+    assert out.mu == pytest.approx(sensitivity(A) / 3.0)
+    means, counts = EmbeddingRelease(exact, A, 1.0).class_means()
+    assert torch.allclose(counts, torch.bincount(y, minlength=K).double())
+    assert torch.allclose(means[0], phi(x[y == 0]).double().mean(0), atol=1e-6)
