@@ -12,11 +12,10 @@ from typing import Mapping
 
 import numpy as np
 
-from . import pld
 from .dpsgd import rdp_subsampled_gaussian
 from .ledger import GDP_EXTRA, NO_DATA_DEPENDENT_BOUND, PrivacyLedger
 from .plan import largest_fitting
-from .pld import dpsgd_event
+from .pld import compose_gdp, dpsgd_event, epsilon_pld
 from .rdp import as_orders
 
 
@@ -51,7 +50,7 @@ class StepCost:
                 raise ValueError("privacy.conversion=pld needs every release to be a Gaussian or a Poisson-subsampled "
                                  "Gaussian")
             mu = math.sqrt(n) * float(cost.get(GDP_EXTRA, 0.0))  # n mu-GDP: sqrt(n) mu (Dong et al. 2022 Cor. 3.3)
-            return pld.epsilon_pld(pld.compose_gdp([(event, n * count) for event, count in self.pld_events], mu), delta)
+            return epsilon_pld(compose_gdp([(event, n * count) for event, count in self.pld_events], mu), delta)
         if conversion == "gdp" and set(cost) - {GDP_EXTRA}:
             raise ValueError("privacy.conversion=gdp needs every release in Gaussian DP (PATE-TripleGAN: "
                              "method.module.accounting=clt)")
