@@ -3,7 +3,9 @@ import torch
 from torch.nn import functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
+from benchmarks.dpmerf import embedding_flops
 from benchmarks.rates import adam_bytes, bmm_flops, conv_flops, matrix_kernels
+from dpgen.aggregation.mean_embedding import RandomFourierFeatures, embedding_sums
 from dpgen.nn.ensemble import TeacherEnsemble
 
 
@@ -42,3 +44,12 @@ def test_recorded_teacher_kernels_count_what_torch_counts():
     kernels = matrix_kernels(forward)
     assert [k["kernel"] for k in kernels].count("convolution") == 2
     assert sum(k["flop"] for k in kernels) == counted(forward)
+
+
+def test_embedding_flops_count_what_torch_counts_over_chunks():
+    features = RandomFourierFeatures(12, 8, 5.0, seed=0)
+    x, y = torch.rand(10, 12), torch.randint(0, 3, (10,))
+    chunks = [(x[:6], y[:6]), (x[6:], y[6:])]
+    # W x: 2 * 10 records * 4 frequencies * 12 dims; one-hot^T phi: 2 * 3 classes * 8 features * 10 records
+    assert embedding_flops(10, 12, 8, 3) == 960 + 480
+    assert counted(lambda: embedding_sums(chunks, features, 3, 0.2)) == 1440

@@ -70,3 +70,28 @@ def test_the_release_adds_gaussian_noise_of_std_sigma_and_post_processes_to_mean
     means, counts = EmbeddingRelease(exact, A, 1.0).class_means()
     assert torch.allclose(counts, torch.bincount(y, minlength=K).double())
     assert torch.allclose(means[0], phi(x[y == 0]).double().mean(0), atol=1e-6)
+
+
+def test_several_bandwidths_approximate_the_mean_of_their_gaussian_kernels_at_norm_one():
+    bandwidths = (0.5, 2.0)
+    phi = RandomFourierFeatures(16, 40_000, bandwidth=bandwidths, seed=0).double()
+    x, _ = records(6, 7)
+    x = x.flatten(1).double()
+    f = phi(x)
+    assert torch.allclose(f.norm(dim=1), torch.ones(6, dtype=torch.float64), atol=1e-12)
+    dist2 = torch.cdist(x, x) ** 2
+    mixture = sum(torch.exp(-dist2 / (2 * b**2)) for b in bandwidths) / 2
+    single = torch.exp(-dist2 / (2 * 2.0**2))
+    # 20,000 frequencies: the Monte Carlo error of each kernel value is about 1 / sqrt(20,000) = 0.007
+    assert (f @ f.T - mixture).abs().max() < 0.03
+    assert (mixture - single).abs().max() > 0.1  # the mixture is not the wider kernel alone
+    # frequency rows alternate between the bandwidths: the norms of the rows of each half differ by their ratio
+    scales = phi.w.norm(dim=1)
+    assert scales[0::2].mean() / scales[1::2].mean() == pytest.approx(4.0, rel=0.05)
+    assert phi.bandwidth == list(bandwidths)
+    with pytest.raises(ValueError, match="bandwidths > 0"):
+        RandomFourierFeatures(16, 64, bandwidth=(1.0, 0.0), seed=0)
+
+
+def test_one_bandwidth_in_a_list_draws_the_same_features_as_the_number():
+    assert torch.equal(RandomFourierFeatures(16, 64, [1.5], seed=3).w, RandomFourierFeatures(16, 64, 1.5, seed=3).w)

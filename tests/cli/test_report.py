@@ -38,9 +38,10 @@ def test_table_and_plots_of_a_sweep(tmp_path):
     table = (out / "report.md").read_text()
     assert "Runs compared (4)" in table
     rows = [line for line in table.splitlines() if line.startswith("| gpate")]
-    assert len(rows) == 2 and "| 1 | 0.5 |" in rows[0] and "| 10 | 0.8 |" in rows[1] and "0.99" in rows[0]
-    assert "| gan | mnist | none (not private) | 0.95 |" in table
-    assert "| pategan | kaggle_credit | 1 |  | 0.4 | 0.9 |" in table  # columns accuracy, auprc, auroc
+    assert len(rows) == 2 and "| 1 | 0.5 | - | - |" in rows[0] and "| 10 | 0.8 | - | - |" in rows[1]
+    assert "0.99" in rows[0]
+    assert "| gan | mnist | none (not private) | 0.95 | - | - |" in table
+    assert "| pategan | kaggle_credit | 1 |  |  |  | 0.4 | 0.9 |" in table  # three accuracies, auprc, auroc
     for name in ("utility_vs_epsilon.png", "samples.png"):
         with Image.open(out / name) as image:
             assert image.size[0] > 300 and image.size[1] > 200
@@ -88,3 +89,20 @@ def test_a_resumed_run_shows_its_training_time_over_all_processes_and_their_larg
     main([str(tmp_path / "runs")])
     row = next(line for line in (tmp_path / "runs" / "report.md").read_text().splitlines() if line.startswith("| gpate"))
     assert "| 1469.1 (last process; training 4131 over 2 processes) | 11.7 |" in row  # 11.66 to 3 digits
+
+
+def test_the_three_accuracies_side_by_side_a_dash_where_a_run_has_none_and_the_plot_draws_any(tmp_path, monkeypatch):
+    three = {"accuracy": 0.7, "selection": "private_val", "synthetic": {"accuracy": 0.6, "epoch": 3},
+             "private_val": {"accuracy": 0.7, "epoch": 2, "epsilon": 1.0}, "test": {"accuracy": 0.8, "epoch": 1},
+             "max_test_accuracy": 0.8, "max_test_epoch": 1}
+    fake_run(tmp_path / "runs", "dpmerf", "mnist", 1.0, {**private(1.0, 0, 1.0), "downstream": three})
+    before = {"accuracy": 0.5, "max_test_accuracy": 0.9}  # a run from before the three protocols
+    fake_run(tmp_path / "runs", "gpate", "mnist", 1.0, {**private(1.0, 0, 1.0), "downstream": before})
+    drawn = []
+    monkeypatch.setattr("dpgen.cli.report.plt.Axes.plot", lambda ax, *points, **kw: drawn.append(points))
+    main([str(tmp_path / "runs"), "--accuracy", "private_val"])
+    table = (tmp_path / "runs" / "report.md").read_text()
+    head = next(line for line in table.splitlines() if line.startswith("| method"))
+    assert "| budget eps | accuracy (synthetic hold-out) | accuracy (private val, DP) | accuracy (test-chosen, not DP) |" in head
+    assert "| dpmerf | mnist | 1 | 0.6 | 0.7 | 0.8 |" in table and "| gpate | mnist | 1 | 0.5 | - | 0.9 |" in table
+    assert drawn == [((1.0,), (0.7,))]  # only the run with a private validation accuracy, at its value

@@ -7,8 +7,9 @@ import torch
 
 from dpgen.aggregation import mean_embedding
 from dpgen.aggregation.mean_embedding import MECHANISM
+from fixtures import write_credit
 from inprocess import script_here
-from test_train_cli import tiny_images, train
+from test_train_cli import error_line, tiny_images, train
 
 TINY_DPMERF = ["method=dpmerf", "method.batch_size=8", "method.module.n_features=100", "trainer.max_steps=3",
                "eval=none", "samples.every_n_steps=2", "checkpoint_every_n_steps=2", "progress_log_every_seconds=0"]
@@ -49,3 +50,69 @@ def test_a_resumed_run_keeps_its_release(tmp_path, monkeypatch):
     assert json.loads((run / "metrics.json").read_text())["steps"] == 5
     resumed = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
     assert torch.equal(first["state_dict"]["target"], resumed["state_dict"]["target"])
+
+
+# Tables: the downstream AUROC / AUPRC evaluation on (few) samples of the released generator
+TABLE_EVAL = ["~eval.callbacks.image_quality", "eval.callbacks.downstream.n_samples=200"]
+
+
+def check_table_run(tmp_path, result, epsilon: float) -> dict:
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run = tmp_path / "run"
+    privacy = json.loads((run / "privacy.json").read_text())
+    assert epsilon * (1 - 1e-6) <= privacy["epsilon"] <= epsilon
+    assert list(privacy["mechanisms"]) == [MECHANISM] and privacy["mechanisms"][MECHANISM]["count"] == 1
+    scores = json.loads((run / "metrics.json").read_text())["downstream"]
+    assert set(scores) >= {"logistic_regression", "average"} and 0 <= scores["average"]["auroc"] <= 1
+    return privacy["mechanisms"][MECHANISM]["params"][0]
+
+
+def test_kaggle_credit_stand_in_end_to_end(tmp_path):
+    write_credit(tmp_path, rows=200)  # creditcard.csv in Kaggle's layout: 29 features, fraud when row % 5 == 0
+    result = train(tmp_path, *TINY_DPMERF, "eval=default", *TABLE_EVAL, "data=kaggle_credit", f"data.root={tmp_path}")
+    params = check_table_run(tmp_path, result, 1.0)
+    assert params["bandwidth"] == pytest.approx(0.2 * 29**0.5)  # the public default for 29 columns on [0, 1]
+    header = (tmp_path / "run" / "samples" / "final.csv").read_text().splitlines()[0]
+    assert header.startswith("V1,V2,") and header.endswith("Amount,label")
+
+
+def mixed_csv(folder) -> str:
+    """1000 rows: age 20..79, target = age >= 50 (class means of age / 100: 0.345 and 0.645); colour mostly
+    evenly spread, red for class 0 and blue for class 1 in every fifth row."""
+    rows = []
+    for r in range(1000):
+        age = 20 + (r * 37) % 60
+        target = int(age >= 50)
+        rows.append(f"{age},{('red', 'green', 'blue')[r % 3 if r % 5 else 2 * target]},{target}\n")
+    (folder / "mixed.csv").write_text("age,colour,target\n" + "".join(rows))
+    return f"data.path={folder / 'mixed.csv'}"
+
+
+CSV_DATA = ["data=csv", "data.label=target", "data.classes=[0,1]", "data.ranges={age:[0,100]}"]
+
+
+def test_a_csv_with_a_categorical_column_learns_at_epsilon_1(tmp_path):
+    result = train(tmp_path, *TINY_DPMERF, "eval=default", *TABLE_EVAL, *CSV_DATA, mixed_csv(tmp_path),
+                   "data.categorical={colour:[red,green,blue]}", "method.batch_size=64", "method.module.n_features=500",
+                   "trainer.max_steps=200")
+    check_table_run(tmp_path, result, 1.0)
+    run = tmp_path / "run"
+    auroc = json.loads((run / "metrics.json").read_text())["downstream"]["average"]["auroc"]
+    assert auroc > 0.9  # measured 0.983: trained on samples, tested on the real test split
+    result = script_here("generate.py", f"run={run}", "n=400", "format=csv", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = (run / "synthetic" / "synthetic.csv").read_text().splitlines()
+    assert lines[0] == "age,colour=red,colour=green,colour=blue,label" and len(lines) == 401
+    rows = torch.tensor([[float(v) for v in line.split(",")] for line in lines[1:]])
+    assert torch.equal(rows[:, 1:4].sum(1), torch.ones(400)) and set(rows[:, 1:4].unique().tolist()) == {0, 1}
+    for c, truth in ((0, 0.345), (1, 0.645)):  # the generated class means of age near the data's
+        assert abs(rows[rows[:, 4] == c, 0].mean().item() - truth) < 0.08
+
+
+@pytest.mark.parametrize("categorical, words", [
+    ("{shade:[a,b]}", "categorical column(s) ['shade'] are not among the features ['age', 'colour']"),
+    ("{colour:[red,green]}", "categorical column 'colour' has value 'blue' at line 4, not one of its configured"),
+])
+def test_a_bad_categorical_config_is_one_error_line(tmp_path, categorical, words):
+    result = train(tmp_path, *TINY_DPMERF, *CSV_DATA, mixed_csv(tmp_path), f"data.categorical={categorical}")
+    assert result.returncode == 2 and words in error_line(result)

@@ -141,3 +141,61 @@ def test_csv_defaults_refused_for_private_methods(tmp_path):
         CSVDataModule(path=path, label="target", classes=["no", "yes"], scaling="auto")
     assert CSVDataModule(path=path, label="target", classes=["no", "yes"], scaling="auto",
                          default_range=[0, 30]).scaling == "public"
+
+
+MIXED = "a,colour,b,size,target\n0,red,10,1,yes\n5,blue,20,2,no\n10,red,30,1.0,yes\n"  # size 1.0 matches "1"
+
+
+def mixed(tmp_path, **kw):
+    args = {"path": write(tmp_path, MIXED), "label": "target", "classes": ["no", "yes"], "default_range": [0, 10],
+            "ranges": {"b": [10, 30]}, "categorical": {"colour": ["red", "green", "blue"], "size": [1, 2]}}
+    return CSVDataModule(**(args | kw))
+
+
+def test_csv_categorical_columns_are_one_hot_blocks_after_the_scaled_continuous_ones(tmp_path):
+    dm = mixed(tmp_path, test_path=write(tmp_path, MIXED, "test.csv"))
+    assert dm.continuous == ["a", "b"] and dm.shape == (7,)
+    assert dm.feature_names == ["a", "b", "colour=red", "colour=green", "colour=blue", "size=1", "size=2"]
+    dm.setup()
+    assert torch.equal(dm.train_data.x, torch.tensor([[0.0, 0.0, 1, 0, 0, 1, 0], [0.5, 0.5, 0, 0, 1, 0, 1],
+                                                      [1.0, 1.0, 1, 0, 0, 1, 0]]))
+    back = dm.to_original(dm.train_data.x)  # continuous columns in the file's units, one-hot blocks as they are
+    assert torch.equal(back[:, :2], torch.tensor([[0.0, 10], [5, 20], [10, 30]]))
+    assert torch.equal(back[:, 2:], dm.train_data.x[:, 2:])
+
+
+def test_csv_categorical_fit_scaling_scales_only_the_continuous_columns(tmp_path):
+    dm = mixed(tmp_path, scaling="fit", default_range=None, ranges=None, allow_data_dependent_preprocessing=True,
+               test_path=write(tmp_path, MIXED, "test.csv"))
+    dm.setup()
+    assert dm.low.tolist() == [0, 10] and dm.train_data.x[1].tolist() == [0.5, 0.5, 0, 0, 1, 0, 1]
+
+
+@pytest.mark.parametrize("text, words", [
+    ("a,colour,b,size,target\n0,pink,10,1,yes\n",
+     r"categorical column 'colour' has value 'pink' at line 2, not one of its configured values \['red', 'green'"),
+    ("a,colour,b,size,target\n0,red,10,1,yes\n0,,10,1,no\n", "categorical column 'colour' has a missing value at line 3"),
+])
+def test_csv_bad_categorical_values_name_column_and_line(tmp_path, text, words):
+    dm = mixed(tmp_path, path=write(tmp_path, text), test_path=write(tmp_path, text, "test.csv"))
+    with pytest.raises(DataFormatError, match=words):
+        dm.setup()
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"categorical": {"shade": ["a", "b"]}}, r"categorical column\(s\) \['shade'\] are not among the features"),
+    ({"categorical": {"colour": ["red"], "size": [1, 2]}}, r"\['colour'\] need a list of at least 2 distinct"),
+    ({"categorical": {"colour": ["red", "red"], "size": [1, 2]}}, r"\['colour'\] need a list of at least 2"),
+    ({"ranges": {"colour": [0, 1]}}, r"ranges given for unknown or categorical columns \['colour'\]"),
+])
+def test_csv_bad_categorical_config(tmp_path, kw, words):
+    with pytest.raises(DataConfigError, match=words):
+        mixed(tmp_path, **kw)
+
+
+def test_csv_with_only_categorical_features_needs_no_ranges(tmp_path):
+    dm = CSVDataModule(path=write(tmp_path, "c,target\nx,0\ny,1\nx,1\ny,0\n"), label="target", classes=[0, 1],
+                       categorical={"c": ["x", "y"]}, scaling="auto", test_fraction=0.5)
+    assert dm.scaling == "public" and dm.shape == (2,)
+    dm.setup()
+    assert torch.equal(dm.train_data.x.sum(1), torch.ones(2))

@@ -1,4 +1,5 @@
 import csv
+import json
 from types import SimpleNamespace
 
 import lightning.pytorch as pl
@@ -51,6 +52,7 @@ class Data(pl.LightningDataModule):
     def __init__(self, train, test):
         super().__init__()
         self.train_data, self.test_data = SimpleNamespace(x=train[0], y=train[1]), SimpleNamespace(x=test[0], y=test[1])
+        self.all_train_data, self.private_val_data = self.train_data, None
 
     def train_dataloader(self):
         return DataLoader(TensorDataset(torch.zeros(64, 1)), batch_size=8)
@@ -195,3 +197,36 @@ def test_results_reach_a_real_wandb_logger_offline(tmp_path, monkeypatch):
     logger.experiment.finish()
     run = next((tmp_path / "wandb").glob("offline-run-*"))
     assert any(run.rglob("*.wandb")) and any(run.rglob("downstream/table*.table.json"))
+
+
+def test_private_val_selections_are_counted_and_added_to_privacy_json_when_training_ends(mnist, tmp_path):
+    """Each evaluation with eval.selection=private_val is one Report Noisy Max on the datamodule's split; when training
+    ends (after the final evaluation) privacy.json gets one line for all of them, composed in parallel."""
+    x, y = mnist["train"]
+    dm = Data((x[:200], y[:200]), [t[:300] for t in mnist["test"]])
+    dm.private_val_data = SimpleNamespace(x=x[2000:2200], y=y[2000:2200])
+    trainer = SimpleNamespace(**vars(fake_trainer(dm)), default_root_dir=str(tmp_path))
+    (tmp_path / "privacy.json").write_text(json.dumps({"epsilon": 2.0, "delta": 1e-5}))
+    callback = DownstreamUtility(n_samples=60, max_epochs=2, selection="private_val", private_val_epsilon=0.5)
+    results = callback.run(trainer, RealData(x[:500], y[:500], 10))  # an evaluation during training
+    assert results["selection"] == "private_val" and results["accuracy"] == results["private_val"]["accuracy"]
+    assert {results[key]["epoch"] for key in ("synthetic", "private_val", "test")} <= {1, 2}
+    assert results["private_val"]["epsilon"] == 0.5 and callback.state_dict() == {"selections": 1}
+    callback.on_train_end(trainer, RealData(x[:500], y[:500], 10))  # the final evaluation, then the line
+    line = json.loads((tmp_path / "privacy.json").read_text())["downstream_selection"]
+    assert line["selections"] == 2 and line["epsilon"] == 1.0 and line["release"]["epsilon"] == 2.0
+    assert line["release"]["composition"].startswith("parallel") and line["release"]["delta"] == 1e-5
+
+
+def test_a_selection_the_data_cannot_serve_is_refused_before_training():
+    _, _, table = separable_table(40, 30)
+    with pytest.raises(ValueError, match="tables have no epochs"):
+        DownstreamUtility(selection="test").check_data(table)
+    images = Data((torch.zeros(4, 1, 28, 28), torch.zeros(4)), (torch.zeros(4, 1, 28, 28), torch.zeros(4)))
+    with pytest.raises(ValueError, match="private validation split"):
+        DownstreamUtility(selection="private_val", private_val_epsilon=1.0).check_data(images)
+    images.private_val_data = images.test_data
+    with pytest.raises(ValueError, match="eval.private_val.epsilon must be given"):
+        DownstreamUtility(selection="private_val").check_data(images)
+    with pytest.raises(ValueError, match="selection must be one of"):
+        DownstreamUtility(selection="hold-out")

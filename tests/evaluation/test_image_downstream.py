@@ -167,3 +167,52 @@ def test_a_killed_classifier_training_continues_from_its_state_file_to_the_same_
     assert [r["epoch"] for r in resumed_fit["history"]] == [1, 2, 3, 4]
     for a, b in zip(whole.state_dict().values(), resumed.state_dict().values()):
         assert torch.equal(a, b)
+
+
+def test_one_training_gives_the_epoch_of_every_protocol_and_hands_only_the_counts_to_the_choice(mnist):
+    """The private split's correct counts per epoch go to `choose` and nowhere else; with the test set as the split
+    they are the history's test accuracies times its size (an independent count). Each protocol's accuracy is that
+    of its epoch, and `accuracy` follows `selection`."""
+    x, y = mnist["train"]
+    test_x, test_y = (t[:300] for t in mnist["test"])
+    seen = []
+
+    def choose(counts):
+        seen.append(list(counts))
+        return 0  # the first epoch, whatever the counts
+
+    kwargs = dict(num_classes=10, max_epochs=2, patience=None, progress=False, device="cpu")
+    result = image_accuracy(x[:200], y[:200], test_x, test_y, selection="private_val", private_val=(test_x, test_y),
+                            choose=choose, **kwargs)
+    (counts,) = seen
+    history = result["history"]
+    assert len(counts) == result["epochs_run"] == 2 and all(isinstance(c, int) for c in counts)
+    assert [round(c / len(test_y), 4) for c in counts] == [r["test_accuracy"] for r in history]
+    assert result["private_val"]["epoch"] == 1 and result["accuracy"] == result["private_val"]["accuracy"]
+    assert result["private_val"]["accuracy"] == pytest.approx(history[0]["test_accuracy"], abs=1e-4)
+    assert result["synthetic"]["epoch"] == result["best_epoch"]
+    assert result["test"] == {"accuracy": result["max_test_accuracy"], "epoch": result["max_test_epoch"]}
+    assert all(set(r) == {"epoch", "loss", "val_accuracy", "test_accuracy", "seconds"} for r in history)
+    plain = image_accuracy(x[:200], y[:200], test_x, test_y, selection="test", **kwargs)  # the same, no split
+    assert plain["private_val"] is None and plain["selection"] == "test"
+    assert plain["accuracy"] == plain["max_test_accuracy"] == result["max_test_accuracy"]
+    assert plain["synthetic"] == result["synthetic"]
+    with pytest.raises(ValueError, match="needs the split"):
+        image_accuracy(x[:8], y[:8], x[:8], y[:8], num_classes=10, selection="private_val")
+    with pytest.raises(ValueError, match="selection must be one of"):
+        image_accuracy(x[:8], y[:8], x[:8], y[:8], num_classes=10, selection="best")
+
+
+def test_the_wide_resnet_option_trains_and_predicts_every_class():
+    from dpgen.nn.wide_resnet import WideResNet, downstream_wrn
+
+    model = downstream_wrn(1, 10, 28)
+    assert model(torch.rand(3, 1, 28, 28)).shape == (3, 10)
+    assert sum(p.numel() for p in model.parameters()) == 691_386  # WRN-16-2
+    assert sum(p.numel() for p in WideResNet(3, 10, depth=16, widen=4).parameters()) == 2_748_890  # WRN-16-4
+    with pytest.raises(ValueError, match="6n \\+ 4"):
+        WideResNet(1, 10, depth=12)
+    x, y = halves(64)
+    result = image_accuracy(x, y, x, y, num_classes=2, cnn="wrn", max_epochs=8, batch_size=16, lr=1e-2,
+                            val_fraction=0.0, progress=False, device="cpu")
+    assert result["accuracy"] == 1.0  # left / right bright pixel: learnt

@@ -48,7 +48,7 @@ class CountingData(TensorData):
 
 def tiny(**kw):
     args = dict(epsilon=1.0, delta=1e-5, batch_size=32, n_features=200, bandwidth=2.0, z_dim=4, chunk_size=10,
-                generator={"hidden": [32, 32]})
+                generator={"fc": {"hidden": [32, 32]}})
     args.update(kw)
     return DPMERF(SHAPE, 2, "image", **args)
 
@@ -115,6 +115,19 @@ def test_a_noise_free_run_learns_the_class_means():
     assert after < 0.2 * before, (before, after)  # measured over 3 seeds: 0.38 -> 0.017..0.019
 
 
+def test_the_conv_generator_is_one_config_switch_away_and_trains():
+    model = tiny(generator={"kind": "conv", "fc": {"hidden": [32]},
+                            "conv": {"fc_dim": 16, "start_channels": 8, "deconv_channels": [8]}})
+    assert any(isinstance(m, torch.nn.ConvTranspose2d) for m in model.net_g.modules())
+    before = [p.detach().clone() for p in model.net_g.parameters()]
+    fit(model, 2)
+    assert any(not torch.equal(b, p) for b, p in zip(before, model.net_g.parameters()))
+    x, _ = model.sample(4)
+    assert x.shape == (4, *SHAPE) and 0 <= x.min() and x.max() <= 1
+    with pytest.raises(ValueError, match="fc or conv"):
+        tiny(generator={"kind": "resnet"})
+
+
 def test_released_labels_follow_the_noisy_class_counts():
     model = tiny(labels="released")
     fit(model, 1)
@@ -123,8 +136,8 @@ def test_released_labels_follow_the_noisy_class_counts():
     assert set(model.sample_labels(50).tolist()) <= {0, 1}
 
 
-def test_tables_and_pld_are_refused():
-    with pytest.raises(ValueError, match="image"):
-        DPMERF((4,), 2, "table", epsilon=1.0, delta=1e-5)
+def test_unknown_data_kinds_and_pld_are_refused():  # tables: tests/methods/test_dpmerf_tables.py
+    with pytest.raises(ValueError, match="image and table data, not 'audio'"):
+        DPMERF((4,), 2, "audio", epsilon=1.0, delta=1e-5)
     with pytest.raises(ValueError, match="gdp"):
         tiny(conversion="pld")

@@ -12,7 +12,7 @@ sqrt(|phi(x)|^2 + a^2) = sqrt(1 + a^2) for every record, so Delta = sqrt(1 + a^2
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -26,17 +26,24 @@ MECHANISM = "gaussian_mean_embedding"
 
 
 class RandomFourierFeatures(nn.Module):
-    """phi(x) = [cos(W x), sin(W x)] / sqrt(D / 2) for flattened x, W (D / 2, dim) ~ N(0, 1 / bandwidth^2) i.i.d.:
-    random Fourier features of the Gaussian kernel exp(-|x - x'|^2 / (2 bandwidth^2)) (Rahimi & Recht 2007), in the
-    cos / sin pair form of DP-MERF's code, so |phi(x)|^2 = sum_j (cos^2 + sin^2) / (D / 2) = 1 exactly for every x.
+    """phi(x) = [cos(W x), sin(W x)] / sqrt(D / 2) for flattened x: random Fourier features (Rahimi & Recht 2007) in
+    the cos / sin pair form of DP-MERF's code, so |phi(x)|^2 = sum_j (cos^2 + sin^2) / (D / 2) = 1 exactly for every x.
+
+    One bandwidth l: W (D / 2, dim) ~ N(0, 1 / l^2) i.i.d., the Gaussian kernel exp(-|x - x'|^2 / (2 l^2)).
+    Several bandwidths l_1..l_J: frequency row i is drawn with l_(i mod J), i.e. from the equal mixture of the J
+    spectral densities, which by Bochner's theorem gives the mean of the J Gaussian kernels (a kernel that sees
+    coarse and fine structure at once); the norm is still exactly 1, so the release's sensitivity is unchanged.
     W is drawn from `seed` alone (public, data-independent) and is not saved: the same seed gives the same W."""
 
-    def __init__(self, dim: int, n_features: int, bandwidth: float, seed: int):
+    def __init__(self, dim: int, n_features: int, bandwidth: float | Sequence[float], seed: int):
         super().__init__()
-        if n_features < 2 or n_features % 2 or not bandwidth > 0:
-            raise ValueError(f"need an even n_features >= 2 and bandwidth > 0, got {n_features}, {bandwidth}")
-        self.n_features, self.bandwidth, self.seed = int(n_features), float(bandwidth), int(seed)
-        w = torch.randn(n_features // 2, dim, generator=torch.Generator().manual_seed(self.seed)) / self.bandwidth
+        bandwidths = (float(bandwidth),) if isinstance(bandwidth, (int, float)) else tuple(map(float, bandwidth))
+        if n_features < 2 or n_features % 2 or not bandwidths or not all(b > 0 for b in bandwidths):
+            raise ValueError(f"need an even n_features >= 2 and bandwidths > 0, got {n_features}, {bandwidth}")
+        self.n_features, self.seed = int(n_features), int(seed)
+        self.bandwidth = bandwidths[0] if len(bandwidths) == 1 else list(bandwidths)  # as configured, for records
+        scale = torch.tensor(bandwidths).repeat(n_features // 2 // len(bandwidths) + 1)[:n_features // 2]
+        w = torch.randn(n_features // 2, dim, generator=torch.Generator().manual_seed(self.seed)) / scale[:, None]
         self.register_buffer("w", w, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,7 @@
-"""`python -m dpgen.audit method=<dpgan|dpcgan|gpate> data=<d> privacy.epsilon=<eps> [audit.canaries=m]`: one
-training run with canaries (dpgen.audit.canaries: gradient canaries for the DP-SGD methods, vote canaries for
-G-PATE), then the one-run epsilon lower bound (dpgen.privacy.audit) beside the epsilon the run claims, in
-<run>/audit.json."""
+"""`python -m dpgen.audit method=<dpgan|dpcgan|gpate|dpmerf> data=<d> privacy.epsilon=<eps> [audit.canaries=m]`:
+one training run with canaries (dpgen.audit.canaries: gradient canaries for the DP-SGD methods, vote canaries for
+G-PATE, embedding canaries for DP-MERF), then the one-run epsilon lower bound (dpgen.privacy.audit) beside the
+epsilon the run claims, in <run>/audit.json."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from dpgen.audit.canaries import AuditError, Canaries, GradientCanaries, VoteCanaries
+from dpgen.audit.canaries import AuditError, Canaries, EmbeddingCanaries, GradientCanaries, VoteCanaries
 from dpgen.callbacks.checkpoint_io import atomic_save
 from dpgen.cli.common import CONF_DIR, USER_ERRORS, check_config, command_line, run_job
 from dpgen.cli.train import run
@@ -20,6 +20,8 @@ from dpgen.privacy.audit import audit_scores
 THREAT_MODELS = {
     GradientCanaries: "white-box: Dirac gradient canaries, the privatized gradient sum of every DP-SGD step seen",
     VoteCanaries: "white-box: the teachers replaced by as many vote canaries, every query's answer seen",
+    EmbeddingCanaries: "white-box: embedding canaries of the sensitivity's norm, one coordinate of the feature sums "
+                       "each, the one release seen and the clean sums known",
 }
 
 
@@ -30,8 +32,12 @@ def audit(cfg: DictConfig, canaries: Canaries | None = None) -> dict:
     if not cfg.method.private:
         raise AuditError(f"method={cfg.method.name} claims no privacy: there is nothing to audit")
     if canaries is None:
-        canaries = (VoteCanaries(seed=cfg.audit.seed) if cfg.method.name == "gpate"
-                    else GradientCanaries(cfg.audit.canaries, seed=cfg.audit.seed))
+        if cfg.method.name == "gpate":
+            canaries = VoteCanaries(seed=cfg.audit.seed)
+        elif cfg.method.name == "dpmerf":
+            canaries = EmbeddingCanaries(cfg.audit.canaries, seed=cfg.audit.seed)
+        else:
+            canaries = GradientCanaries(cfg.audit.canaries, seed=cfg.audit.seed)
     results = run(cfg, extra_callbacks=(canaries,))
     privacy = results["privacy"]
     bound = audit_scores(canaries.scores.numpy(), canaries.included.numpy(), delta=cfg.privacy.delta,

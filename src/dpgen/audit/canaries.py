@@ -1,7 +1,7 @@
-"""Canaries inside a real training run, scored from what each step releases (white-box, Steinke, Nasr &
+"""Canaries inside a real training run, scored from what the run releases (white-box, Steinke, Nasr &
 Jagielski 2023): m canaries, each included by a fair coin of the auditor, and one row of m observations per
-step; after the run, `scores` sums the rows of the steps the privacy budget accepted (a rolled-back step
-released nothing).
+release (each step's, or DP-MERF's one release before training); after the run, `scores` sums the rows up to
+the first step the privacy budget rolled back (a rolled-back step released nothing).
 
 - `GradientCanaries` (DP-GAN, DP-CGAN; Sec. 6): canary i is a record whose clipped gradient is C e_j(i), one
   coordinate of the discriminator's parameters. An included canary joins each Poisson batch with the run's
@@ -10,13 +10,21 @@ released nothing).
 - `VoteCanaries` (G-PATE): the N teachers' votes are replaced by N canary teachers, the worst case of one record
   (which may decide every vote of its teacher). An included canary votes its secret bin b_iq on every query q,
   an excluded one a fresh random bin. Observed: each query's answer (answered or not, the chosen bin).
+- `EmbeddingCanaries` (DP-MERF): canary i is Delta e_j(i), Delta = sqrt(1 + a^2) the release's sensitivity, on
+  coordinate j(i) of the class-conditional feature sums S (K x (D + 1)), a coordinate of its own. The Gaussian
+  mechanism's noise is isotropic, so a neighbour is as distinguishable as its difference's L2 norm, and every
+  record's v(x, y) has norm Delta: a Dirac of norm Delta is exactly a worst-case record, and on its own coordinate
+  it does not interfere with the other canaries. Included canaries are added to the clean sums before the noise.
+  Observed: the one release S + noise, less the clean sums (which a white-box auditor knows) at each canary's
+  coordinate.
 """
 from __future__ import annotations
 
 import lightning.pytorch as pl
 import torch
 
-from dpgen.aggregation import dpgradagg
+from dpgen.aggregation import dpgradagg, mean_embedding
+from dpgen.methods.dpmerf import DPMERF
 
 
 class AuditError(ValueError):
@@ -24,7 +32,8 @@ class AuditError(ValueError):
 
 
 class Canaries(pl.Callback):
-    """What both kinds share: the coins, one observation row per step, and the scores over accepted steps."""
+    """What all kinds share: the coins, one observation row per release, the scores over accepted steps, and the
+    functions a kind swaps for its own for the length of the fit (put back at its end, or when it fails)."""
 
     def __init__(self, canaries: int, seed: int):
         self.m = int(canaries)
@@ -34,6 +43,25 @@ class Canaries(pl.Callback):
         self.step_starts: list[int] = []  # len(rows) when each training step began
         self.scores: torch.Tensor | None = None
         self.releases = 0
+        self.swapped: list[tuple[object, str, object]] = []
+
+    def swap(self, owner, name: str, replacement):
+        """owner.name = replacement until `restore`; returns the original."""
+        original = getattr(owner, name)
+        self.swapped.append((owner, name, original))
+        setattr(owner, name, replacement)
+        return original
+
+    def restore(self) -> None:
+        while self.swapped:
+            owner, name, original = self.swapped.pop()
+            setattr(owner, name, original)
+
+    def teardown(self, trainer, pl_module, stage: str) -> None:
+        self.restore()
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        self.restore()  # Lightning skips `teardown` after a failed fit
 
     def on_train_start(self, trainer, pl_module) -> None:
         if trainer.ckpt_path is not None:
@@ -125,8 +153,8 @@ class VoteCanaries(Canaries):
         self.m = pl_module.n_teachers
         self.included = torch.rand(self.m, generator=self.rng) < 0.5
         self.patterns = None
-        self.original = dpgradagg.vote_histograms, dpgradagg.confident_gnmax
-        dpgradagg.vote_histograms, dpgradagg.confident_gnmax = self.votes, self.answers
+        self.swap(dpgradagg, "vote_histograms", self.votes)
+        self.original_answers = self.swap(dpgradagg, "confident_gnmax", self.answers)
 
     def votes(self, projected: torch.Tensor, clip: float, bins: int) -> torch.Tensor:
         """(queries, bins) counts of the canaries' votes (the teachers' `projected` gradients are not used)."""
@@ -138,17 +166,45 @@ class VoteCanaries(Canaries):
         return counts.scatter_add_(1, cast.T, torch.ones_like(cast.T)).to(projected.device)
 
     def answers(self, votes: torch.Tensor, n_teachers: int, p, generator=None):
-        answered, chosen = self.original[1](votes, n_teachers, p, generator)
+        answered, chosen = self.original_answers(votes, n_teachers, p, generator)
         hits = answered.cpu()[None, :] & (chosen.cpu()[None, :] == self.patterns)
         self.rows.append(hits.sum(1).float())
         return answered, chosen
 
-    def on_fit_end(self, trainer, pl_module) -> None:
-        self.teardown(trainer, pl_module, "fit")
-        super().on_fit_end(trainer, pl_module)
 
-    def teardown(self, trainer, pl_module, stage: str) -> None:
-        """DPGradAgg's own vote counting back, also after a failed fit."""
-        if getattr(self, "original", None):
-            dpgradagg.vote_histograms, dpgradagg.confident_gnmax = self.original
-            self.original = None
+class EmbeddingCanaries(Canaries):
+    """`canaries` embedding canaries in DP-MERF's one release (see the module docstring). For the length of the
+    fit, mean_embedding's `embedding_sums` returns the clean sums plus the included canaries (coordinates drawn
+    once, distinct, from the auditor's generator) and its `release` keeps the canaries' scores; the noise, its
+    sigma and the accounting run unchanged."""
+
+    def __init__(self, canaries: int = 1000, seed: int = 0):
+        super().__init__(canaries, seed)
+
+    def on_fit_start(self, trainer, pl_module) -> None:  # before the module's, which makes the release
+        if not isinstance(pl_module, DPMERF):
+            raise AuditError(f"embedding canaries audit DP-MERF's release; {type(pl_module).__name__} makes none")
+        self.norm = pl_module.sensitivity
+        self.original_sums = self.swap(mean_embedding, "embedding_sums", self.sums_with_canaries)
+        self.original_release = self.swap(mean_embedding, "release", self.scored_release)
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        super().on_train_start(trainer, pl_module)
+        if not self.rows:
+            raise AuditError("the canaries saw no release: DP-MERF's release no longer goes through "
+                             "mean_embedding.release")
+
+    def sums_with_canaries(self, *args, **kwargs) -> torch.Tensor:
+        self.clean = self.original_sums(*args, **kwargs)
+        if self.m > self.clean.numel():
+            raise AuditError(f"{self.m} embedding canaries need as many coordinates of the released sums; they have "
+                             f"{self.clean.numel()} (K x (D + 1))")
+        self.coordinates = torch.randperm(self.clean.numel(), generator=self.rng)[:self.m].to(self.clean.device)
+        canaries = torch.zeros(self.clean.numel(), dtype=self.clean.dtype, device=self.clean.device)
+        canaries[self.coordinates] = self.norm * self.included.to(canaries)
+        return self.clean + canaries.view_as(self.clean)
+
+    def scored_release(self, *args, **kwargs) -> mean_embedding.EmbeddingRelease:
+        out = self.original_release(*args, **kwargs)
+        self.rows.append((out.sums - self.clean).reshape(-1)[self.coordinates].float().cpu())
+        return out

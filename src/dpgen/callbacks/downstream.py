@@ -6,13 +6,18 @@ The evaluation itself lives in `dpgen.evaluation.downstream`; `EvaluationCallbac
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from pathlib import Path
 
 import lightning.pytorch as pl
+import numpy as np
 import torch
 
-from dpgen.evaluation.downstream import image_accuracy, tabular_evaluation, tabular_scores
+from dpgen.evaluation.downstream import SELECTIONS, image_accuracy, tabular_evaluation, tabular_scores
+from dpgen.files import atomic_write_text
+from dpgen.privacy.selection import MECHANISM, report_noisy_max, selection_report
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +99,12 @@ class DownstreamUtility(EvaluationCallback):
     with `ranking=True` also PATE-GAN settings A and C, SRA and feature ranking agreement. `cnn`, `optimizer`,
     `lr` and `batch_size` choose the CNN and how it trains (`eval=reference`: the reference code's evaluation
     script). `state_file`: the CNN's training is saved there after every epoch and continues from it when the
-    same evaluation is run again (evaluate.py keeps it beside its output)."""
+    same evaluation is run again (evaluate.py keeps it beside its output).
+
+    `selection` names the protocol whose epoch gives `accuracy` (images; all three are reported, each with its
+    epoch): "synthetic", "private_val" (the datamodule's `private_val_data`, by Report Noisy Max with
+    `private_val_epsilon` per evaluation; the selections' line is added to the run's privacy.json when training
+    ends) or "test" (not DP)."""
 
     name = "downstream"
 
@@ -114,12 +124,56 @@ class DownstreamUtility(EvaluationCallback):
         batch_size: int = 128,
         cnn: str = "appendix_e",
         state_file: str | None = None,
+        selection: str = "synthetic",
+        private_val_epsilon: float | None = None,
     ):
         super().__init__(every_n_steps, n_samples, at_end, seed)
+        if selection not in SELECTIONS:
+            raise ValueError(f"selection must be one of {SELECTIONS}, got {selection!r}")
+        if private_val_epsilon is not None and not private_val_epsilon > 0:
+            raise ValueError(f"the private validation selection's epsilon must be > 0, got {private_val_epsilon}")
+        self.selection, self.private_val_epsilon = selection, private_val_epsilon
+        self.selections = 0  # private validation selections made so far (this run's, resumed ones included)
         self.val_fraction, self.max_epochs, self.patience = val_fraction, max_epochs, patience
         self.state_file = state_file
         self.optimizer, self.lr, self.batch_size, self.cnn = optimizer, lr, batch_size, cnn
         self.tabular_models, self.ranking = tabular_models, ranking
+
+    def check_data(self, dm) -> None:
+        """ValueError unless the data fit `selection`: tables have no epochs to choose; private_val needs the
+        datamodule's split (eval.selection=private_val makes train.py and evaluate.py hold it out)."""
+        if self.selection == "synthetic":
+            return
+        if dm.test_data.x.dim() != 4:
+            raise ValueError(f"eval.selection={self.selection} chooses the image classifier's epoch; tables "
+                             "have no epochs (use eval.selection=synthetic)")
+        if self.selection == "private_val" and dm.private_val_data is None:
+            raise ValueError("eval.selection=private_val needs the datamodule's private validation split "
+                             "(its private_val share)")
+        if self.selection == "private_val" and self.private_val_epsilon is None:
+            raise ValueError("eval.private_val.epsilon must be given: the selection's privacy budget")
+
+    def setup(self, trainer, pl_module, stage):
+        self.check_data(trainer.datamodule)  # before training, not after it
+
+    def on_train_end(self, trainer, pl_module):
+        super().on_train_end(trainer, pl_module)
+        privacy = Path(trainer.default_root_dir) / "privacy.json"  # PrivacyBudget's, written when training ended
+        if self.selections and trainer.is_global_zero and privacy.is_file():
+            report = json.loads(privacy.read_text())
+            # the datamodule held the split out before anything else read the training data: disjoint records
+            report["downstream_selection"] = self.selection_privacy(report, disjoint=True)
+            atomic_write_text(privacy, json.dumps(report, indent=2) + "\n")
+
+    def selection_privacy(self, generator: dict | None, disjoint: bool) -> dict:
+        """The privacy.json line of this callback's private validation selections (privacy.selection)."""
+        return selection_report(self.private_val_epsilon, self.selections, generator, disjoint)
+
+    def state_dict(self):
+        return {"selections": self.selections}
+
+    def load_state_dict(self, state_dict):
+        self.selections = state_dict["selections"]
 
     def evaluate(self, trainer, pl_module) -> dict:
         test = trainer.datamodule.test_data
@@ -132,13 +186,27 @@ class DownstreamUtility(EvaluationCallback):
 
     def evaluate_synthetic(self, x: torch.Tensor, y: torch.Tensor, dm, device=None) -> dict:
         """The evaluation of a given synthetic set against the datamodule's real data (also evaluate.py's)."""
+        self.check_data(dm)
         test = dm.test_data
         if test.x.dim() == 4:
-            return image_accuracy(
+            private, choose = None, None
+            if self.selection == "private_val":
+                private = (dm.private_val_data.x, dm.private_val_data.y)
+                rng = np.random.default_rng()  # the noise's source: fresh operating-system entropy, not the seed
+
+                def choose(counts: list[int]) -> int:
+                    return report_noisy_max(counts, self.private_val_epsilon, rng)
+
+            results = image_accuracy(
                 x, y, test.x, test.y, num_classes=dm.num_classes, val_fraction=self.val_fraction,
                 max_epochs=self.max_epochs, patience=self.patience, batch_size=self.batch_size, optimizer=self.optimizer,
                 lr=self.lr, cnn=self.cnn, seed=self.seed, device=device, progress=True, state_file=self.state_file,
+                selection=self.selection, private_val=private, choose=choose,
             )
+            if private is not None:
+                self.selections += 1
+                results["private_val"].update(mechanism=MECHANISM, epsilon=self.private_val_epsilon)
+            return results
         if self.ranking:
             train = dm.train_data
             return tabular_evaluation(train.x, train.y, test.x, test.y, x, y, models=self.tabular_models, seed=self.seed)

@@ -61,11 +61,11 @@ class ImageQuality(EvaluationCallback):
             return {}
         if self.classifier is None:
             self.classifier, self.classifier_info = domain_classifier_for(
-                dm.name, dm.train_data.x, dm.train_data.y, dm.test_data.x, dm.test_data.y,
+                dm.name, dm.all_train_data.x, dm.all_train_data.y, dm.test_data.x, dm.test_data.y,
                 num_classes=dm.num_classes, directory=self.classifier_dir, recipe=self.recipe_for(dm.name),
                 seed=self.seed, device=device, progress=True,
             )
-        real = dm.test_data.x if self.reference == "test" else dm.train_data.x
+        real = dm.test_data.x if self.reference == "test" else dm.all_train_data.x
         metrics = image_quality(
             x, real, self.classifier, inception_weights=self.inception_weights, kid=self.kid,
             cache_root=self.cache_root, device=device,

@@ -245,6 +245,10 @@ class PrivacyBudget(WritesAtTrainEnd):
             budget["neighbouring"] = {"relation": relation, "note": NEIGHBOURING[relation]}
         if getattr(pl_module, "log_private", False):
             budget["private_logs"] = PRIVATE_LOGS
+        dm = getattr(trainer, "datamodule", None)
+        if getattr(dm, "private_val", 0.0):  # eval.selection=private_val: which records the generator never read
+            budget["records"] = {"generator": "the training records outside the private validation split",
+                                 "private_val": {"data": dm.name, "fraction": dm.private_val, "seed": dm.seed}}
         atomic_write_text(folder / self.filename,
                           ledger.report_json(self.delta, self.bound, extra=budget, conversion=self.conversion))
 

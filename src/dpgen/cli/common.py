@@ -27,6 +27,13 @@ console = Console()
 OmegaConf.register_new_resolver("partitions", lambda teachers, percent: round(teachers / percent), replace=True)
 
 
+def private_val_share(cfg) -> float:
+    """The share of the training records the datamodule holds out as the private validation split: that of
+    `eval.private_val.fraction` with eval.selection=private_val, else none."""
+    evaluation = cfg.get("eval") or {}
+    return float(evaluation.private_val.fraction) if evaluation.get("selection") == "private_val" else 0.0
+
+
 def fail(message: str) -> None:
     """A user's mistake: one error line, exit status 2."""
     console.print(f"[bold red]error:[/] {message}", soft_wrap=True)

@@ -11,7 +11,8 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from dpgen.cli.common import CONF_DIR, USER_ERRORS, check_config, console, print_metrics, run_job
+from dpgen.cli.common import (CONF_DIR, USER_ERRORS, check_config, console, print_metrics, private_val_share,
+                              run_job)
 from dpgen.files import atomic_write_text
 
 
@@ -38,9 +39,22 @@ def load_synthetic(path: Path, shape: tuple[int, ...]) -> tuple[torch.Tensor, to
     return torch.as_tensor(x, dtype=torch.float32).reshape(len(x), *shape), torch.as_tensor(y).long()
 
 
+def charge_selection(callback, generator: dict | None, dm) -> dict:
+    """The line the private validation selections add to the release (privacy.selection), also printed: parallel
+    composition only when the generator's privacy.json says its data excluded this very split."""
+    held = ((generator or {}).get("records") or {}).get("private_val")
+    report = callback.selection_privacy(generator, held == {"data": dm.name, "fraction": dm.private_val, "seed": dm.seed})
+    release = report["release"]
+    total = (f"with the generator's epsilon {release['generator_epsilon']:.4g}: epsilon {release['epsilon']:.4g} at "
+             f"delta {release['delta']:g}, {release['composition']}" if "epsilon" in release else release["note"])
+    console.print(f"charged: the epoch chosen on the private validation split ({report['mechanism']}) costs epsilon "
+                  f"{report['epsilon']:.4g}; {total}", soft_wrap=True)
+    return report
+
+
 def run(cfg: DictConfig) -> dict:
     path = Path(cfg.synthetic)
-    dm = instantiate(cfg.data, batch_size=256, seed=cfg.seed)
+    dm = instantiate(cfg.data, batch_size=256, seed=cfg.seed, private_val=private_val_share(cfg))
     dm.prepare_data()
     dm.setup("fit")
     x, y = load_synthetic(path, dm.shape)
@@ -49,15 +63,23 @@ def run(cfg: DictConfig) -> dict:
     device = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
     results = {"synthetic": str(path), "data": dm.name, "records": len(y)}
     out = Path(cfg.out) if cfg.out else path.with_suffix(".eval.json")
+    privacy = path.parent / "privacy.json"
+    generator = json.loads(privacy.read_text()) if privacy.is_file() else None
+    if generator is not None:
+        results["privacy"] = generator
     for name, node in (cfg.eval.get("callbacks") or {}).items():
         console.print(f"evaluating: {name}")
         callback = instantiate(node)
         if hasattr(callback, "state_file") and callback.state_file is None:  # a killed run continues from here
             callback.state_file = str(out.with_name(f"{out.name}.{name}-state.pt"))
+        if getattr(callback, "selection", None) == "private_val" and callback.private_val_epsilon is None:
+            if generator is None:
+                raise ValueError(f"no privacy.json beside {path}: give the selection's budget, "
+                                 "eval.private_val.epsilon=<eps>")
+            callback.private_val_epsilon = generator["epsilon"]  # free under parallel composition
         results[name] = callback.evaluate_synthetic(x, y, dm, torch.device(device))
-    privacy = path.parent / "privacy.json"
-    if privacy.is_file():
-        results["privacy"] = json.loads(privacy.read_text())
+        if getattr(callback, "selections", 0):
+            results["selection_privacy"] = charge_selection(callback, generator, dm)
     atomic_write_text(out, json.dumps(results, indent=2, default=float) + "\n")
     print_metrics(f"{path.name} on {dm.name}", results, out)
     return results

@@ -3,12 +3,14 @@
 Every folder below the given paths that holds a run (`metrics.json` and `.hydra/config.yaml`, as train.py
 writes them, or `metrics.json` and `config.yaml`, as `--keep` stores them) is one row. Writes into `--out`
 (default: the first path):
-- `report.md`: method x dataset x epsilon budget: utility (image accuracy, or the mean AUROC / AUPRC of the
-  tabular models), IS, FID, epsilon spent under each bound, steps, wall time, peak memory, machine, command and
+- `report.md`: method x dataset x epsilon budget: utility (image accuracy with the classifier's epoch chosen on the
+  synthetic hold-out, on the private validation split and on the real test set, side by side, "-" where a run has
+  none; or the mean AUROC / AUPRC of the tabular models), IS, FID, epsilon spent under each bound, steps, wall time, peak memory, machine, command and
   run folder; if `--out` holds a `RESULTS.md`, the table replaces the block between its `<!-- report -->` and
   `<!-- /report -->` lines instead;
 - `utility_vs_epsilon.png`: utility against the budget, one line per method and dataset (as G-PATE figure 2);
-  non-private runs (eps = inf) as dashed horizontal lines;
+  non-private runs (eps = inf) as dashed horizontal lines; `--accuracy synthetic|private_val|test` chooses which
+  image accuracy it draws;
 - `samples.png`: the final sample grid of every image run, titled by method, dataset and budget.
 
 `python -m dpgen.report --keep <run dir> docs/results/<name>` stores the small files of a run (metrics.json,
@@ -79,10 +81,19 @@ def keep(run: Path, dest: Path) -> Path:
     return dest
 
 
+# The image accuracies of the three ways to choose the classifier's epoch (docs/EVALUATION.md), as the table heads them
+ACCURACIES = {"synthetic": "accuracy (synthetic hold-out)", "private_val": "accuracy (private val, DP)",
+              "test": "accuracy (test-chosen, not DP)"}
+
+
 def utility(downstream: dict) -> dict:
-    """{"accuracy": a} for images; {"auroc": .., "auprc": ..} (mean over the tabular models) for tables."""
+    """Images: the accuracy of each protocol in ACCURACIES, None where the run has none (runs before the three
+    protocols: `accuracy` is the hold-out's and `max_test_accuracy`, where present, the test-chosen one).
+    Tables: {"auroc": .., "auprc": ..} (mean over the tabular models)."""
     if "accuracy" in downstream:
-        return {"accuracy": downstream["accuracy"]}
+        before = {"synthetic": downstream["accuracy"], "test": downstream.get("max_test_accuracy")}
+        return {key: (downstream[key] or {}).get("accuracy") if key in downstream else before.get(key)
+                for key in ACCURACIES}
     average = downstream.get("average") or downstream.get("B", {}).get("average")  # ranking=true: setting B
     return dict(average) if average else {}
 
@@ -121,15 +132,24 @@ def peak_rss(metrics: dict) -> float | None:
     return max((p for p in peaks if p is not None), default=None)
 
 
+def utility_cell(utility: dict, key: str) -> str:
+    """"-" for an image run without that accuracy, nothing for a run of the other kind."""
+    if key not in utility:
+        return ""
+    return "-" if utility[key] is None else number(utility[key])
+
+
 def markdown_table(rows: list[dict]) -> str:
     bounds = sorted({bound for row in rows for bound in row["spent"]})
-    utilities = sorted({key for row in rows for key in row["utility"]})
-    head = ["method", "data", "budget eps", *utilities, "IS", "FID", *(f"eps ({b})" for b in bounds), "steps",
+    keys = {key for row in rows for key in row["utility"]}
+    utilities = [key for key in ACCURACIES if key in keys] + sorted(keys - set(ACCURACIES))
+    head = ["method", "data", "budget eps", *(ACCURACIES.get(key, key) for key in utilities), "IS", "FID",
+            *(f"eps ({b})" for b in bounds), "steps",
             "wall time (s)", "peak RSS (GB)", "machine", "command", "run"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in sorted(rows, key=lambda r: (r["data"], r["method"], r["budget"])):
         cells = [row["method"], row["data"], "none (not private)" if math.isinf(row["budget"]) else f"{row['budget']:g}",
-                 *(number(row["utility"].get(key)) for key in utilities), number(row["IS"], 3), number(row["FID"]),
+                 *(utility_cell(row["utility"], key) for key in utilities), number(row["IS"], 3), number(row["FID"]),
                  *(number(row["spent"].get(b), 5) for b in bounds), str(row["steps"] or ""),
                  row["wall_time"], number(row["peak_rss_gb"], 3), row["machine"] or "",
                  f"`{row['command']}`" if row["command"] else "", f"`{row['path']}`"]
@@ -149,13 +169,14 @@ def write_block(path: Path, table: str) -> None:
     path.write_text(f"{head}{BEGIN}\n{table}{END}{rest.split(END, 1)[1]}")
 
 
-def plot_utility(rows: list[dict], path: Path) -> None:
-    metric = "accuracy" if any("accuracy" in r["utility"] for r in rows) else "auroc"
+def plot_utility(rows: list[dict], path: Path, accuracy: str = "synthetic") -> None:
+    """`accuracy`: which image accuracy (a key of ACCURACIES) is drawn; tables alone: the mean AUROC."""
+    metric = accuracy if any(accuracy in r["utility"] for r in rows) else "auroc"
+    drawn = [r for r in rows if r["utility"].get(metric) is not None]
     fig, ax = plt.subplots(figsize=(6, 4))
-    groups = sorted({(r["data"], r["method"]) for r in rows if metric in r["utility"]})
+    groups = sorted({(r["data"], r["method"]) for r in drawn})
     for data, method in groups:
-        points = sorted((r["budget"], r["utility"][metric]) for r in rows
-                        if (r["data"], r["method"]) == (data, method) and metric in r["utility"])
+        points = sorted((r["budget"], r["utility"][metric]) for r in drawn if (r["data"], r["method"]) == (data, method))
         private = [(eps, value) for eps, value in points if not math.isinf(eps)]
         if private:
             ax.plot(*zip(*private), marker="o", label=f"{method} ({data})")
@@ -164,8 +185,8 @@ def plot_utility(rows: list[dict], path: Path) -> None:
                 ax.axhline(value, linestyle="--", color="grey", label=f"{method} ({data}, not private)")
     ax.set_xscale("log")  # budgets from 0.1 to noise-free controls at 1e4: a linear axis hides the small ones
     ax.set_xlabel("privacy budget epsilon (log scale)")
-    ax.set_ylabel(metric)
-    ax.set_title(f"{metric} of synthetic data vs epsilon")
+    ax.set_ylabel(ACCURACIES.get(metric, metric))
+    ax.set_title(f"{ACCURACIES.get(metric, metric)} of synthetic data vs epsilon", fontsize="medium")
     if groups:
         ax.legend(fontsize="small")
     fig.tight_layout()
@@ -200,6 +221,8 @@ def main(argv: list[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(prog="python -m dpgen.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="*", type=Path, help="multirun folders or run folders")
     parser.add_argument("--out", type=Path, default=None, help="where to write (default: the first path)")
+    parser.add_argument("--accuracy", choices=list(ACCURACIES), default="synthetic",
+                        help="which image accuracy the utility-vs-epsilon plot draws (default: synthetic)")
     parser.add_argument("--keep", nargs=2, type=Path, metavar=("RUN", "DEST"),
                         help="store the small files of run folder RUN in DEST, e.g. docs/results/<name>")
     args = parser.parse_args(argv)
@@ -222,7 +245,7 @@ def main(argv: list[str] | None = None) -> Path:
     else:
         (out / "report.md").write_text(f"# Runs compared ({len(rows)})\n\n" + table)
         written = ["report.md"]
-    plot_utility(rows, out / "utility_vs_epsilon.png")
+    plot_utility(rows, out / "utility_vs_epsilon.png", args.accuracy)
     written += ["utility_vs_epsilon.png"] + (["samples.png"] if plot_samples(rows, out / "samples.png") else [])
     console.print(f"{len(rows)} runs -> {out}: {', '.join(written)}")
     return out

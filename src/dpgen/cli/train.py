@@ -21,7 +21,8 @@ from dpgen.callbacks.random_state import RandomState
 from dpgen.callbacks.release import FreePrivateModules, Release
 from dpgen.callbacks.run_clock import RunClock
 from dpgen.callbacks.sample_grid import SampleGrid
-from dpgen.cli.common import CONF_DIR, check_config, command_line, fail, machine, print_summary, run_job
+from dpgen.cli.common import (CONF_DIR, check_config, command_line, fail, machine, print_summary, private_val_share,
+                              run_job)
 from dpgen.distributed import leave_process_group, process_rank
 from dpgen.files import atomic_write_text
 from dpgen.memory import peak_rss_gb
@@ -29,7 +30,8 @@ from dpgen.memory import peak_rss_gb
 
 def build_datamodule(cfg: DictConfig):
     return instantiate(cfg.data, batch_size=cfg.method.batch_size, n_teachers=cfg.method.n_teachers,
-                       seed=cfg.seed, allow_data_dependent_preprocessing=not cfg.method.private)
+                       seed=cfg.seed, allow_data_dependent_preprocessing=not cfg.method.private,
+                       private_val=private_val_share(cfg))
 
 
 def build_method(cfg: DictConfig, dm):

@@ -10,6 +10,7 @@ from lightning.pytorch import LightningDataModule
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
 
 from dpgen.data.partition import TeacherBatchSampler, TeacherRecords, partition_indices
+from dpgen.data.split import private_val_split
 
 
 def default_root() -> Path:
@@ -59,6 +60,9 @@ class DPGenDataModule(LightningDataModule, ABC):
     `class_names` in `__init__` (without reading the data) and implement `load()`.
 
     After `setup()`: `train_data`, `test_data` (`TensorData`) and `partitions` (one index tensor per teacher).
+    `private_val` > 0 holds that share of the training records out (`data.split.private_val_split`, a keyed hash of
+    each record) as `private_val_data` before anything else sees them: `train_data`, the partitions and every
+    loader then hold the other records only (eval.selection=private_val, docs/EVALUATION.md).
     `train_dataloader()` yields `(x, y)` batches of `batch_size` when `n_teachers == 1`, else teacher batches
     `x: (n_teachers, b, *shape)`, `y: (n_teachers, b)`, b = `batch_size`, where row t holds only teacher t's
     records (`data.partition`: a teacher without records gets public blank ones).
@@ -71,7 +75,7 @@ class DPGenDataModule(LightningDataModule, ABC):
     class_names: list[str]
 
     def __init__(self, root: str | None = None, batch_size: int = 64, n_teachers: int = 1, seed: int = 0,
-                 num_workers: int = 0, allow_data_dependent_preprocessing: bool = False):
+                 num_workers: int = 0, allow_data_dependent_preprocessing: bool = False, private_val: float = 0.0):
         super().__init__()
         if batch_size < 1 or n_teachers < 1 or num_workers < 0:
             raise ValueError(f"need batch_size >= 1, n_teachers >= 1, num_workers >= 0; got {batch_size}, "
@@ -80,7 +84,10 @@ class DPGenDataModule(LightningDataModule, ABC):
         self.batch_size, self.n_teachers, self.seed = int(batch_size), int(n_teachers), int(seed)
         self.num_workers = int(num_workers)
         self.allow_data_dependent_preprocessing = bool(allow_data_dependent_preprocessing)
+        self.private_val = float(private_val)
         self.train_data: TensorData | None = None
+        self.private_val_data: TensorData | None = None
+        self.all_train_data: TensorData | None = None
         self.test_data: TensorData | None = None
         self._partitions: list[torch.Tensor] | None = None
 
@@ -92,6 +99,11 @@ class DPGenDataModule(LightningDataModule, ABC):
         if self.train_data is not None:
             return
         train, test = self.load()
+        self.all_train_data = train
+        if self.private_val > 0:
+            kept, held = private_val_split(train.stored, self.private_val, self.seed)
+            self.private_val_data = train.subset(held)
+            train = train.subset(kept)
         self._partitions = partition_indices(train.stored, self.n_teachers, self.seed)
         self.train_data, self.test_data = train, test
 

@@ -21,12 +21,13 @@ from torch.utils.data import Dataset
 BLANK = -1  # index of a public blank record (zeros, label 0) in a teacher batch: the teacher has no records
 
 
-def record_hashes(records: torch.Tensor, seed: int) -> np.ndarray:
+def record_hashes(records: torch.Tensor, seed: int, purpose: bytes = b"") -> np.ndarray:
     """BLAKE2b of each record's feature bytes, keyed by the seed: (N,) uint64. Labels are not hashed, so a split
-    that never reads some records' labels (PATE-TripleGAN's unlabelled part) does not read them here either."""
+    that never reads some records' labels (PATE-TripleGAN's unlabelled part) does not read them here either.
+    `purpose` (at most 16 bytes) is BLAKE2b's personalisation: hashes of different purposes are independent."""
     key = int(seed).to_bytes(16, "little", signed=True)
     rows = records.reshape(len(records), -1).contiguous().numpy().view(np.uint8).reshape(len(records), -1)
-    digests = [hashlib.blake2b(row.tobytes(), digest_size=8, key=key).digest() for row in rows]
+    digests = [hashlib.blake2b(row.tobytes(), digest_size=8, key=key, person=purpose).digest() for row in rows]
     return np.frombuffer(b"".join(digests), dtype="<u8")
 
 

@@ -9,6 +9,10 @@ privacy budget):
 - `none`: raw values.
 - `auto` (the `csv` config's default): `public` when ranges are configured, else `fit`.
 Likewise `classes: null` reads the label values from the file, for non-private methods only.
+
+Categorical columns (`categorical: {column: [values...]}`, the values public configuration like `classes`) are
+one-hot encoded and not scaled. Layout of a record: the continuous features in order, then one one-hot block per
+categorical column in the order of `categorical` (`feature_names` gives "column=value" for those columns).
 """
 from __future__ import annotations
 
@@ -67,16 +71,31 @@ def observed_classes(column: pd.Series) -> list[str]:
     return label_text(pd.Series(values, dtype=column.dtype)).tolist()
 
 
-def encode_labels(column: pd.Series, classes: list[str], path: Path) -> np.ndarray:
+def encode_labels(column: pd.Series, classes: list[str], path: Path, what: str = "label column",
+                  allowed: str = "the configured classes") -> np.ndarray:
     """Class index of each row; `classes` are the label values as written in the file, in class order."""
     text = label_text(column)
     index = {value: i for i, value in enumerate(classes)}
     codes = text.map(index)
     bad = np.flatnonzero(codes.isna().to_numpy())
     if len(bad):
-        raise DataFormatError(f"{path}: label column {column.name!r} has value {text.iloc[bad[0]]!r} at "
-                              f"{line_of(int(bad[0]))}, not one of the configured classes {classes}")
+        raise DataFormatError(f"{path}: {what} {column.name!r} has value {text.iloc[bad[0]]!r} at "
+                              f"{line_of(int(bad[0]))}, not one of {allowed} {classes}")
     return codes.to_numpy(dtype=np.int64, copy=True)
+
+
+def one_hot_columns(frame: pd.DataFrame, categorical: dict[str, list[str]], path: Path) -> np.ndarray:
+    """One one-hot block per categorical column, in the order of `categorical`; a value that is missing or not
+    among the column's configured values is an error naming the column and the line."""
+    blocks = []
+    for name, values in categorical.items():
+        missing = np.flatnonzero(frame[name].isna().to_numpy())
+        if len(missing):
+            raise DataFormatError(f"{path}: categorical column {name!r} has a missing value at "
+                                  f"{line_of(int(missing[0]))}; clean or drop these rows, or list a value for it")
+        codes = encode_labels(frame[name], values, path, "categorical column", "its configured values")
+        blocks.append(np.eye(len(values))[codes])
+    return np.concatenate(blocks, 1) if blocks else np.empty((len(frame), 0))
 
 
 def scale(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
@@ -87,6 +106,7 @@ class CSVDataModule(DPGenDataModule):
     """A user's CSV: `label` names the label column, `classes` lists its values in class order.
 
     `features`: the feature columns (default: every other column, read from the header at construction).
+    `categorical`: {column: its values in order} for feature columns to one-hot encode (module doc).
     `test_path`: a separate test CSV; otherwise a stratified `test_fraction` split fixed by `split_seed`.
     `path` / `test_path`: absolute, or relative to the working directory, or to `root`.
     """
@@ -94,8 +114,9 @@ class CSVDataModule(DPGenDataModule):
     kind = "table"
 
     def __init__(self, path: str, label: str, classes: list | None = None, class_names: list[str] | None = None,
-                 features: list[str] | None = None, test_path: str | None = None, test_fraction: float = 0.2,
-                 split_seed: int = 0, scaling: str = "public", default_range: list[float] | None = None,
+                 features: list[str] | None = None, categorical: dict[str, list] | None = None,
+                 test_path: str | None = None, test_fraction: float = 0.2, split_seed: int = 0,
+                 scaling: str = "public", default_range: list[float] | None = None,
                  ranges: dict[str, list[float]] | None = None, name: str = "csv", **common):
         super().__init__(**common)
         self.name, self.path, self.label, self.test_path = name, path, label, test_path
@@ -106,9 +127,12 @@ class CSVDataModule(DPGenDataModule):
                                   f"{self.class_names} one to one")
         self.num_classes = len(self.classes)
         self.test_fraction, self.split_seed = float(test_fraction), int(split_seed)
-        self.feature_names = list(features) if features is not None else self.header_features()
+        columns = list(features) if features is not None else self.header_features()
+        self.categorical = self.categorical_values(categorical or {}, columns)
+        self.continuous = [c for c in columns if c not in self.categorical]
+        self.feature_names = self.continuous + [f"{c}={v}" for c, values in self.categorical.items() for v in values]
         self.shape = (len(self.feature_names),)
-        configured = default_range is not None or bool(ranges)
+        configured = default_range is not None or bool(ranges) or not self.continuous
         self.scaling = ("public" if configured else "fit") if scaling == "auto" else scaling
         self.low, self.high = self.public_ranges(default_range, ranges or {})
 
@@ -134,6 +158,19 @@ class CSVDataModule(DPGenDataModule):
             raise DataFormatError(f"{path}: label column {self.label!r} not found; the file has columns {columns}")
         return [c for c in columns if c != self.label]
 
+    def categorical_values(self, categorical: dict, columns: list[str]) -> dict[str, list[str]]:
+        """{column: its values as text}, checked: feature columns only, each with >= 2 distinct values."""
+        out = {str(c): [str(v) for v in values] for c, values in categorical.items()}
+        unknown = [c for c in out if c not in columns]
+        if unknown:
+            raise DataConfigError(f"{self.name}: categorical column(s) {unknown} are not among the features "
+                                  f"{columns}")
+        few = [c for c, values in out.items() if len(set(values)) != len(values) or len(values) < 2]
+        if few:
+            raise DataConfigError(f"{self.name}: categorical column(s) {few} need a list of at least 2 distinct "
+                                  f"values (data.categorical={{column: [value, ...]}})")
+        return out
+
     def public_ranges(self, default_range, ranges) -> tuple[np.ndarray | None, np.ndarray | None]:
         """[low, high] per feature for `scaling: public`; checks the other modes are allowed."""
         if self.scaling not in SCALINGS:
@@ -145,14 +182,14 @@ class CSVDataModule(DPGenDataModule):
                 f"(data.default_range=[low,high] and/or data.ranges={{column: [low,high]}})")
         if self.scaling != "public":
             return None, None
-        unknown = sorted(set(ranges) - set(self.feature_names))
-        missing = [f for f in self.feature_names if f not in ranges and default_range is None]
+        unknown = sorted(set(ranges) - set(self.continuous))
+        missing = [f for f in self.continuous if f not in ranges and default_range is None]
         if unknown or missing:
-            raise DataConfigError(f"{self.name}: scaling=public needs a range for every feature: no range for "
-                                  f"{missing}, ranges given for unknown columns {unknown} (set data.ranges or "
-                                  f"data.default_range)")
-        bounds = np.array([ranges.get(f, default_range) for f in self.feature_names], dtype=float)
-        if bounds.shape != (len(self.feature_names), 2) or not (bounds[:, 0] < bounds[:, 1]).all():
+            raise DataConfigError(f"{self.name}: scaling=public needs a range for every continuous feature: no "
+                                  f"range for {missing}, ranges given for unknown or categorical columns {unknown} "
+                                  f"(set data.ranges or data.default_range)")
+        bounds = np.array([ranges.get(f, default_range) for f in self.continuous], dtype=float).reshape(-1, 2)
+        if bounds.shape != (len(self.continuous), 2) or not (bounds[:, 0] < bounds[:, 1]).all():
             raise DataConfigError(f"{self.name}: each range must be [low, high] with low < high")
         return bounds[:, 0], bounds[:, 1]
 
@@ -160,11 +197,13 @@ class CSVDataModule(DPGenDataModule):
         frame = pd.read_csv(path, low_memory=False)
         if frame.empty:
             raise DataFormatError(f"{path}: no data rows")
-        check_columns(frame, [self.label, *self.feature_names], path)
+        check_columns(frame, [self.label, *self.continuous, *self.categorical], path)
         if frame[self.label].isna().any():
             row = int(np.flatnonzero(frame[self.label].isna().to_numpy())[0])
             raise DataFormatError(f"{path}: label column {self.label!r} has a missing value at {line_of(row)}")
-        return numeric_matrix(frame, self.feature_names, path), encode_labels(frame[self.label], self.classes, path)
+        x = np.concatenate([numeric_matrix(frame, self.continuous, path),
+                            one_hot_columns(frame, self.categorical, path)], 1)
+        return x, encode_labels(frame[self.label], self.classes, path)
 
     def load(self) -> tuple[TensorData, TensorData]:
         x, y = self.read(self.csv_file(self.path))
@@ -175,21 +214,24 @@ class CSVDataModule(DPGenDataModule):
             train_idx, test_idx = stratified_split(torch.from_numpy(y), self.test_fraction, self.split_seed)
             train_x, train_y, test_x, test_y = x[train_idx], y[train_idx], x[test_idx], y[test_idx]
         if self.scaling == "fit":  # non-private only (checked in __init__)
-            self.low, self.high = train_x.min(0), train_x.max(0)
+            continuous = train_x[:, :len(self.continuous)]
+            self.low, self.high = continuous.min(0), continuous.max(0)
             self.high = np.where(self.high > self.low, self.high, self.low + 1)  # constant column -> 0
         return self.tensor_data(train_x, train_y), self.tensor_data(test_x, test_y)
 
     def tensor_data(self, x: np.ndarray, y: np.ndarray) -> TensorData:
         if self.low is not None:
-            x = scale(x, self.low, self.high)
+            n = len(self.continuous)
+            x = np.concatenate([scale(x[:, :n], self.low, self.high), x[:, n:]], 1)
         return TensorData(torch.from_numpy(x).float(), torch.from_numpy(y))
 
     def to_original(self, x: torch.Tensor) -> torch.Tensor:
-        """Scaled records (e.g. generated ones) back to the units of the file."""
+        """Scaled records (e.g. generated ones) back to the units of the file (one-hot blocks as they are)."""
         if self.low is None:
             return x
+        n = len(self.continuous)
         low, high = (torch.as_tensor(v, dtype=x.dtype, device=x.device) for v in (self.low, self.high))
-        return low + x * (high - low)
+        return torch.cat([low + x[:, :n] * (high - low), x[:, n:]], 1)
 
 
 CREDIT_FEATURES = [f"V{i}" for i in range(1, 29)] + ["Amount"]

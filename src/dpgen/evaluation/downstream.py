@@ -1,7 +1,8 @@
 """Utility of synthetic data: train on synthetic, test on real.
 
-Images: the CNN of G-PATE appendix E, selected on a held-out part of the synthetic set only (and, for comparison
-with the reference code's numbers only, the highest real-test accuracy over its epochs, reported apart).
+Images: the CNN of G-PATE appendix E (or a Wide ResNet), its epoch chosen on a held-out part of the synthetic set,
+and from the same training on a private validation split by a DP selection and, for comparison with the papers'
+numbers only, on the real test set (reported apart).
 Tables: the 4 sklearn models of G-PATE appendix E and the 12 of PATE-GAN Table 1 (AUROC and
 AUPRC), PATE-GAN settings A / B / C (section 5.1), the Synthetic Ranking Agreement (PATE-GAN
 eq. 8) and the feature-importance ranking agreement (PATE-GAN appendix, Table 6).
@@ -10,6 +11,7 @@ eq. 8) and the feature-importance ranking agreement (PATE-GAN appendix, Table 6)
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -26,8 +28,12 @@ from sklearn.tree import DecisionTreeClassifier
 
 from dpgen.evaluation.training import accuracy, train_classifier
 from dpgen.nn.classifier import downstream_cnn, reference_script_cnn
+from dpgen.nn.wide_resnet import downstream_wrn
 
-CNNS = {"appendix_e": downstream_cnn, "reference_script": reference_script_cnn}
+CNNS = {"appendix_e": downstream_cnn, "reference_script": reference_script_cnn, "wrn": downstream_wrn}
+# How the classifier's epoch is chosen (docs/EVALUATION.md): on the synthetic hold-out, on a private validation
+# split by a DP selection, or on the real test set (the papers' protocol, not DP)
+SELECTIONS = ("synthetic", "private_val", "test")
 
 
 def image_accuracy(
@@ -48,9 +54,12 @@ def image_accuracy(
     device=None,
     progress: bool = True,
     state_file: str | None = None,
+    selection: str = "synthetic",
+    private_val: tuple[torch.Tensor, torch.Tensor] | None = None,
+    choose: Callable[[list[int]], int] | None = None,
 ) -> dict:
-    """Accuracy on the real test set of the appendix E CNN (or `cnn="reference_script"`: the reference code's)
-    trained on (synth_x, synth_y).
+    """Accuracy on the real test set of the appendix E CNN (or `cnn="reference_script"`: the reference code's;
+    `cnn="wrn"`: a WRN-16-2) trained on (synth_x, synth_y).
 
     The epoch is chosen by early stopping on a random `val_fraction` of the SYNTHETIC set (never on the real
     test set); with `val_fraction=0` the last epoch's model is tested. Returns {"accuracy", "best_epoch",
@@ -61,9 +70,19 @@ def image_accuracy(
     code's evaluation script prints ("Max eval acc", after 600 epochs of SGD). The test set chooses it, so it
     is optimistic and never the run's `accuracy`; it is reported for comparison with published numbers.
     `state_file`: the CNN's training continues from (and saves every epoch to) that file (`train_classifier`).
+
+    The same training gives one epoch per protocol, each as {"accuracy", "epoch"}: "synthetic" (the hold-out's
+    choice above), "test" (= max_test_accuracy) and, with `private_val` (images and labels of a validation split
+    of the private training data), "private_val": the epoch `choose(counts)` picks from the epochs' correct counts
+    on the split (a DP selection; the counts themselves are returned nowhere). `accuracy` is that of `selection`.
     """
     if cnn not in CNNS:
         raise ValueError(f"cnn must be one of {sorted(CNNS)}, got {cnn!r}")
+    if selection not in SELECTIONS:
+        raise ValueError(f"selection must be one of {SELECTIONS}, got {selection!r}")
+    if (selection == "private_val" and private_val is None) or (private_val is not None) != (choose is not None):
+        raise ValueError("a private validation split needs its choice of epoch (choose), and selection=private_val "
+                         "needs the split")
     synth_x, synth_y = torch.as_tensor(synth_x, dtype=torch.float32), torch.as_tensor(synth_y, dtype=torch.long)
     test_x, test_y = torch.as_tensor(test_x, dtype=torch.float32), torch.as_tensor(test_y, dtype=torch.long)
     generator = torch.Generator().manual_seed(seed)
@@ -81,6 +100,8 @@ def image_accuracy(
         val_y=synth_y[val],
         test_x=test_x,
         test_y=test_y,
+        private_x=None if private_val is None else torch.as_tensor(private_val[0], dtype=torch.float32),
+        private_y=None if private_val is None else torch.as_tensor(private_val[1], dtype=torch.long),
         max_epochs=max_epochs,
         patience=patience,
         batch_size=batch_size,
@@ -92,10 +113,20 @@ def image_accuracy(
         state_file=state_file,
     )
     tested = [record["test_accuracy"] for record in fit["history"]]
+    chosen = {
+        "synthetic": {"accuracy": accuracy(model, test_x, test_y, device=device), "epoch": fit["best_epoch"]},
+        "test": {"accuracy": max(tested), "epoch": 1 + tested.index(max(tested))},
+        "private_val": None,
+    }
+    if private_val is not None:
+        epoch = 1 + choose(fit["private_correct"])
+        chosen["private_val"] = {"accuracy": tested[epoch - 1], "epoch": epoch}
     return {
-        "accuracy": accuracy(model, test_x, test_y, device=device),
-        "max_test_accuracy": max(tested),
-        "max_test_epoch": 1 + tested.index(max(tested)),
+        "accuracy": chosen[selection]["accuracy"],
+        "selection": selection,
+        **chosen,
+        "max_test_accuracy": chosen["test"]["accuracy"],
+        "max_test_epoch": chosen["test"]["epoch"],
         "best_epoch": fit["best_epoch"],
         "val_accuracy": fit["val_accuracy"],
         "epochs_run": fit["epochs_run"],

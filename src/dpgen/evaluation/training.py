@@ -37,11 +37,16 @@ def predict_logits(model: nn.Module, x: torch.Tensor, *, batch_size: int = 1000,
     return torch.cat(out)
 
 
+def correct(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, batch_size: int = 1000, device=None) -> int:
+    """How many records of (x, y) `model` classifies right."""
+    predicted = predict_logits(model, x, batch_size=batch_size, device=device).argmax(dim=1)
+    return int((predicted == y.cpu()).sum())
+
+
 def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, batch_size: int = 1000, device=None) -> float:
     if len(x) == 0:
         return float("nan")
-    predicted = predict_logits(model, x, batch_size=batch_size, device=device).argmax(dim=1)
-    return (predicted == y.cpu()).float().mean().item()
+    return correct(model, x, y, batch_size=batch_size, device=device) / len(x)
 
 
 def train_classifier(
@@ -53,6 +58,8 @@ def train_classifier(
     val_y: torch.Tensor | None = None,
     test_x: torch.Tensor | None = None,
     test_y: torch.Tensor | None = None,
+    private_x: torch.Tensor | None = None,
+    private_y: torch.Tensor | None = None,
     max_epochs: int = 10,
     patience: int | None = None,
     batch_size: int = 128,
@@ -71,7 +78,10 @@ def train_classifier(
 
     With a validation set, the weights of the epoch with the best validation accuracy are
     restored at the end and training stops after `patience` epochs without improvement. With a test set, its
-    accuracy is recorded in every epoch's history (`test_accuracy`) and never used to choose anything here.
+    accuracy is recorded in every epoch's history (`test_accuracy`) and never used to choose anything here. With
+    private records (`private_x`, `private_y`: a validation split of the private training data), each epoch's
+    correct count on them is returned apart (`private_correct`), never in the history nor the log: they are private
+    numbers, for a DP choice of epoch only.
     Runs under a forked RNG so that the caller's random state is untouched.
 
     `state_file`: after every epoch the model, the optimizer, the history and the random state are written there
@@ -79,12 +89,13 @@ def train_classifier(
     most one epoch and ends with the same weights and history as an uninterrupted one. The file is removed when
     training ends; one written for other data or settings is refused (ValueError).
     Returns {"best_epoch", "val_accuracy", "epochs_run", "history"} (epochs count from 1; each epoch's record has
-    its loss, accuracies and wall seconds).
+    its loss, accuracies and wall seconds), and "private_correct" (one count per epoch) with private records.
     """
     device = resolve_device(device)
     model.to(device)
     has_val = val_x is not None and len(val_x) > 0
     history: list[dict] = []
+    private_correct: list[int] = []
     best = {"epoch": 0, "accuracy": -1.0, "state": None}
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
@@ -98,8 +109,8 @@ def train_classifier(
         schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, batches) if cosine else None
         resumable = None
         if state_file is not None:
-            resumable = Resumable(state_file, settings, (x, y, val_x, val_y), device)
-            history, best = resumable.load(model, optimizer, schedule, history, best)
+            resumable = Resumable(state_file, settings, (x, y, val_x, val_y, private_x, private_y), device)
+            history, best, private_correct = resumable.load(model, optimizer, schedule, history, best, private_correct)
         # on a GPU the training set moves there once, and the epoch's loss is summed there (no sync per batch)
         train_x, train_y = (x.to(device), y.to(device)) if device.type == "cuda" else (x, y)
         for epoch in range(len(history) + 1, max_epochs + 1):
@@ -127,6 +138,8 @@ def train_classifier(
                     best = {"epoch": epoch, "accuracy": record["val_accuracy"], "state": copy.deepcopy(model.state_dict())}
             if test_x is not None:
                 record["test_accuracy"] = accuracy(model, test_x, test_y, device=device)
+            if private_x is not None:
+                private_correct.append(correct(model, private_x, private_y, device=device))
             record["seconds"] = round(time.perf_counter() - started, 2)  # the epoch's training and its evaluations
             history.append(record)
             if progress:
@@ -135,18 +148,23 @@ def train_classifier(
             if has_val and patience is not None and epoch - best["epoch"] >= patience:
                 break
             if resumable is not None:
-                resumable.save(model, optimizer, schedule, history, best)
+                resumable.save(model, optimizer, schedule, history, best, private_correct)
     if resumable is not None:
         resumable.path.unlink(missing_ok=True)
     model.eval()
     if best["state"] is not None:
         model.load_state_dict(best["state"])
-        return {"best_epoch": best["epoch"], "val_accuracy": best["accuracy"], "epochs_run": len(history), "history": history}
-    return {"best_epoch": len(history), "val_accuracy": float("nan"), "epochs_run": len(history), "history": history}
+        fit = {"best_epoch": best["epoch"], "val_accuracy": best["accuracy"], "epochs_run": len(history), "history": history}
+    else:
+        fit = {"best_epoch": len(history), "val_accuracy": float("nan"), "epochs_run": len(history), "history": history}
+    if private_x is not None:
+        fit["private_correct"] = private_correct
+    return fit
 
 
 class Resumable:
-    """The state of `train_classifier` in one file, keyed by the data's digest and the training settings."""
+    """The state of `train_classifier` in one file, keyed by the data's digest and the training settings. It holds
+    the private validation counts so far too: a private file, removed when the training ends."""
 
     def __init__(self, path: str | os.PathLike, settings: str, tensors: tuple, device: torch.device):
         self.path, self.device = Path(path), device
@@ -158,10 +176,12 @@ class Resumable:
                 digest.update(tensor.view(torch.uint8).numpy())
         self.key = f"{settings} data={digest.hexdigest()}"
 
-    def load(self, model, optimizer, schedule, history: list, best: dict) -> tuple[list, dict]:
-        """Restore a saved state into the model, optimizer and random state; returns (history, best)."""
+    def load(self, model, optimizer, schedule, history: list, best: dict, private_correct: list
+             ) -> tuple[list, dict, list]:
+        """Restore a saved state into the model, optimizer and random state; returns (history, best,
+        private_correct)."""
         if not self.path.is_file():
-            return history, best
+            return history, best, private_correct
         saved = torch.load(self.path, map_location="cpu")
         if saved["key"] != self.key:
             raise ValueError(f"{self.path} holds a classifier training of other data or settings "
@@ -174,13 +194,13 @@ class Resumable:
         if self.device.type == "cuda":
             torch.cuda.set_rng_state(saved["cuda_rng"], self.device)
         log.info("classifier training resumed after epoch %d from %s", len(saved["history"]), self.path)
-        return saved["history"], saved["best"]
+        return saved["history"], saved["best"], saved["private_correct"]
 
-    def save(self, model, optimizer, schedule, history: list, best: dict) -> None:
+    def save(self, model, optimizer, schedule, history: list, best: dict, private_correct: list) -> None:
         state = {
             "key": self.key, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
             "schedule": schedule.state_dict() if schedule is not None else None,
-            "history": history, "best": best, "rng": torch.get_rng_state(),
+            "history": history, "best": best, "private_correct": private_correct, "rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None,
         }
         atomic_write(self.path, lambda f: torch.save(state, f))

@@ -14,6 +14,7 @@ from dpgen.callbacks.checkpoint_io import CheckpointError
 from dpgen.data.base import TensorData
 from dpgen.methods.base import PrivateGenerator
 from dpgen.nn.fc import FCGenerator
+from dpgen.nn.mixed_table import MixedTableGenerator
 from dpgen.privacy.cost import StepCost
 from dpgen.privacy.gaussian import gaussian_sigma
 from dpgen.privacy.gdp import mu_gaussian
@@ -22,8 +23,19 @@ from dpgen.privacy.rdp import DEFAULT_ORDERS
 
 FEATURES_KEY = "dpmerf_features"
 LABELS = ("balanced", "released")
+KIND_LABELS = {"image": "balanced", "table": "released"}  # labels=None
+IMAGE_BANDWIDTH = 5.0  # bandwidth=None for images, on [0, 1] pixels (the value of the measured MNIST runs)
+TABLE_BANDWIDTH_PER_COLUMN = 0.2  # bandwidth=None for tables: this times sqrt(columns), on the datamodule's [0, 1]
 POST_PROCESSING = ("the run's only access to private data, once before training; every training step reads this "
                    "release alone (post-processing: no privacy cost)")
+
+
+def default_bandwidth(kind: str, shape) -> float:
+    """The public kernel length scale when none is configured, a function of the data's public shape alone (a
+    median heuristic on the private records, as DP-MERF's tabular code uses, would leak them): images
+    IMAGE_BANDWIDTH; tables TABLE_BANDWIDTH_PER_COLUMN * sqrt(F) for F columns on the datamodule's [0, 1] scale
+    (a one-hot block counts one column per category), about the 0.18 per column that 5 is on MNIST's 784 pixels."""
+    return IMAGE_BANDWIDTH if kind == "image" else TABLE_BANDWIDTH_PER_COLUMN * math.sqrt(math.prod(shape))
 
 
 def record_chunks(data: TensorData, size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -40,17 +52,22 @@ class DPMERF(PrivateGenerator):
     G(z, y), and one Adam step on sum_c |sum_{i: y_i = c} (phi(G(z_i, c)) - m_c)|^2 / B^2, m_c the released mean
     embedding of class c (DP-MERF's squared MMD between the released and the generated embeddings).
 
-    The generator is DP-MERF's MLP [z, y] -> 200 -> 500 -> C*H*W (BatchNorm, ReLU, sigmoid output). The datamodule's
-    loader only drives Lightning's steps; its batches are not used."""
+    The generator is DP-MERF's MLP [z, y] -> 200 -> 500 -> C*H*W (BatchNorm, ReLU, sigmoid output), or with
+    generator.kind=conv the DCGAN-style one (build_generator); for tables, DP-MERF's tabular MLP with a sigmoid per
+    continuous column and a drawn category per one-hot block (table_generator). `bandwidth` / `labels` None: the
+    data kind's public defaults (default_bandwidth; labels balanced for images, released for tables). The
+    datamodule's loader only drives Lightning's steps; its batches are not used."""
 
     neighbouring = "add_remove"
 
     def __init__(self, shape, num_classes, kind, epsilon: float, delta: float, conversion: str = "gdp",
-                 batch_size: int = 500, n_features: int = 10_000, bandwidth: float = 5.0, count_feature: float = 0.2,
-                 z_dim: int = 20, lr: float = 1e-2, labels: str = "balanced", chunk_size: int = 4096,
+                 batch_size: int = 500, n_features: int = 10_000, bandwidth: float | list[float] | None = None,
+                 count_feature: float = 0.2, z_dim: int = 20, lr: float = 1e-2, labels: str | None = None,
+                 chunk_size: int = 4096,
                  generator: dict | None = None, seed: int = 0):
-        if kind != "image":
-            raise ValueError(f"method=dpmerf supports image data for now, not {kind!r}")
+        if kind not in KIND_LABELS:
+            raise ValueError(f"method=dpmerf supports image and table data, not {kind!r}")
+        labels = KIND_LABELS[kind] if labels is None else labels
         if labels not in LABELS:
             raise ValueError(f"labels must be one of {LABELS}, got {labels!r}")
         if conversion == "pld":
@@ -64,6 +81,7 @@ class DPMERF(PrivateGenerator):
         self.epsilon, self.delta, self.conversion = float(epsilon), float(delta), conversion
         self.batch_size, self.lr, self.labels, self.chunk_size = int(batch_size), float(lr), labels, int(chunk_size)
         self.count_feature = float(count_feature)
+        bandwidth = default_bandwidth(kind, self.shape) if bandwidth is None else bandwidth
         self.features = mean_embedding.RandomFourierFeatures(math.prod(self.shape), n_features, bandwidth, seed)
         self.sensitivity = mean_embedding.sensitivity(self.count_feature)
         self.sigma = gaussian_sigma(self.epsilon, self.delta, self.sensitivity, conversion)
@@ -73,9 +91,31 @@ class DPMERF(PrivateGenerator):
         self.register_buffer("target", torch.zeros(self.num_classes, n_features))
         self.register_buffer("counts", torch.zeros(self.num_classes))
 
-    def build_generator(self, hidden=(200, 500), batch_norm: bool = True, **kwargs) -> nn.Module:
-        return FCGenerator(self.shape, self.num_classes, z_dim=self.z_dim, hidden=tuple(hidden), activation="relu",
-                           feature_bound=None, label_every_layer=False, batch_norm=batch_norm, **kwargs)
+    def build_generator(self, kind: str = "fc", fc: dict | None = None, conv: dict | None = None,
+                        table: dict | None = None) -> nn.Module:
+        """kind="fc": DP-MERF's MLP [z, y] -> hidden -> C*H*W (BatchNorm, ReLU, sigmoid output), `fc` its
+        hidden sizes and batch_norm; kind="conv": the project's DCGAN-style conditional generator (nn/generator.py),
+        `conv` its sizes. Both sets live in the config, so `generator.kind` alone switches. Tables: always
+        `table_generator(**table)`."""
+        if self.kind == "table":
+            if kind != "fc":
+                raise ValueError(f"method.module.generator.kind={kind!r} is for images; tables use generator.table")
+            return self.table_generator(**(table or {}))
+        if kind == "conv":
+            return super().build_generator(**(conv or {}))
+        if kind != "fc":
+            raise ValueError(f"unknown method.module.generator.kind {kind!r} (fc or conv)")
+        arch = dict(fc or {})
+        hidden, batch_norm = tuple(arch.pop("hidden", (200, 500))), arch.pop("batch_norm", True)
+        return FCGenerator(self.shape, self.num_classes, z_dim=self.z_dim, hidden=hidden, activation="relu",
+                           feature_bound=None, label_every_layer=False, batch_norm=batch_norm, **arch)
+
+    def table_generator(self, categorical: dict | None = None, **arch) -> nn.Module:
+        """DP-MERF's tabular MLP (hidden 4F, 2F by default) with a sigmoid for the continuous columns and a drawn
+        category per one-hot block (nn/mixed_table.py); `categorical` is the datamodule's {column: values}, whose
+        blocks follow the continuous columns (data/tables.py), so only their sizes matter here."""
+        one_hot = [len(values) for values in (categorical or {}).values()]
+        return MixedTableGenerator(self.shape, self.num_classes, self.z_dim, one_hot=one_hot, **arch)
 
     def configure_optimizers(self):
         return torch.optim.Adam(self.net_g.parameters(), lr=self.lr)
