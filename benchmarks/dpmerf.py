@@ -2,7 +2,8 @@
 the one pass over the private records that its release makes (60,000 uint8 records of 784 pixels, as the MNIST
 datamodule stores them, D = 10,000 random Fourier features, `chunk_size` records per matrix product, as
 DPMERF.release_embedding reads them) and one epoch of generator training (60,000 generated samples in batches of
-`batch_size`: the MLP generator, the features, the embedding loss, its backward pass and Adam), each in seconds and
+`batch_size`: the generator, the features, the embedding loss, its backward pass and Adam; the default convolutional
+generator and DP-MERF's MLP, `GENERATORS`), each in seconds and
 as achieved GFLOP/s beside this process's fp32 matmul peak (benchmarks/rates.py).
 
     python -m benchmarks dpmerf [--quick]    # --quick: a tenth of the records and of the epoch, times scaled up
@@ -29,10 +30,14 @@ from dpgen.methods.dpmerf import DPMERF, record_chunks
 SHAPE, CLASSES, RECORDS = (1, 28, 28), 10, 60_000
 
 
-def method() -> DPMERF:
-    """DPMERF as `python train.py method=dpmerf data=mnist` builds it: its features, generator and settings."""
+GENERATORS = {"conv (default)": [], "fc (DP-MERF's MLP)": ["method.module.generator.kind=fc"]}
+
+
+def method(*overrides: str) -> DPMERF:
+    """DPMERF as `python train.py method=dpmerf data=mnist <overrides>` builds it: its features, generator and
+    settings."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", ["method=dpmerf"])
+        cfg = compose("config", ["method=dpmerf", *overrides])
     return instantiate(cfg.method.module, shape=SHAPE, num_classes=CLASSES, kind="image", _convert_="all")
 
 
@@ -75,21 +80,21 @@ def main(quick: bool = False) -> None:
     pass_s = best_seconds(lambda: embedding_pass(model, data), repeats) * scale
     pass_flop = embedding_flops(RECORDS, data.stored[0].numel(), model.features.n_features, CLASSES)
 
-    opt = model.configure_optimizers()
-    with FlopCounterMode(display=False) as counter:
-        generator_step(model, opt)
-    steps = RECORDS // model.batch_size
-    epoch_s = best_seconds(lambda: [generator_step(model, opt) for _ in range(steps // scale)], repeats) * scale
-    epoch_flop = counter.get_total_flops() * steps
-
-    pass_name = (f"embedding pass: {RECORDS:,} records x {data.stored[0].numel()}, "
-                 f"D = {model.features.n_features:,}, chunks of {model.chunk_size}")
-    epoch_name = f"generator epoch: {steps} steps of {model.batch_size} samples (MLP, features, loss, Adam)"
-    rows = [(pass_name, pass_s, pass_flop), (epoch_name, epoch_s, epoch_flop)]
+    rows = [(f"embedding pass: {RECORDS:,} records x {data.stored[0].numel()}, D = {model.features.n_features:,}, "
+             f"chunks of {model.chunk_size}", pass_s, pass_flop)]
+    for generator, overrides in GENERATORS.items():
+        model = method(*overrides)
+        opt = model.configure_optimizers()
+        with FlopCounterMode(display=False) as counter:
+            generator_step(model, opt)
+        steps = RECORDS // model.batch_size
+        epoch_s = best_seconds(lambda: [generator_step(model, opt) for _ in range(steps // scale)], repeats) * scale
+        rows.append((f"generator epoch, {generator}: {steps} steps of {model.batch_size} samples (generator, "
+                     f"features, loss, Adam)", epoch_s, counter.get_total_flops() * steps))
     print("| part | s | GFLOP | achieved GFLOP/s | achieved / fp32 matmul |\n|---|---:|---:|---:|---:|")
     for name, seconds, flop in rows:
         achieved = flop / seconds / GIGA
         print(f"| {name} | {seconds:.2f} | {flop / GIGA:.0f} | {achieved:.1f} | {achieved / peak:.2f} |")
     if quick:
-        print(f"\n--quick: {records:,} records and {steps // scale} steps timed, times multiplied by {scale}")
+        print(f"\n--quick: {records:,} records and a tenth of each epoch timed, times multiplied by {scale}")
     print(flush=True)

@@ -106,3 +106,18 @@ def test_the_three_accuracies_side_by_side_a_dash_where_a_run_has_none_and_the_p
     assert "| budget eps | accuracy (synthetic hold-out) | accuracy (private val, DP) | accuracy (test-chosen, not DP) |" in head
     assert "| dpmerf | mnist | 1 | 0.6 | 0.7 | 0.8 |" in table and "| gpate | mnist | 1 | 0.5 | - | 0.9 |" in table
     assert drawn == [((1.0,), (0.7,))]  # only the run with a private validation accuracy, at its value
+
+
+def test_a_noise_free_control_is_labelled_in_the_table_and_not_drawn_at_the_budget(tmp_path, monkeypatch):
+    fake_run(tmp_path / "runs", "dpgan", "mnist", 1.0, private(1.0, 0.4, 0.99))
+    control = fake_run(tmp_path / "runs", "dpgan", "mnist", "1.0_control", private(1.0, 0.93, 1.1e9))
+    config = control / ".hydra" / "config.yaml"  # method.private=false: the ledger ran, no budget stopped it
+    config.write_text(config.read_text().replace("name: dpgan\n", "name: dpgan\n  private: false\n")
+                      .replace("1.0_control", "1.0"))
+    drawn, lines = [], []
+    monkeypatch.setattr("dpgen.cli.report.plt.Axes.plot", lambda ax, *points, **kw: drawn.append(points))
+    monkeypatch.setattr("dpgen.cli.report.plt.Axes.axhline", lambda ax, *a, **kw: lines.append(a))
+    main([str(tmp_path / "runs")])
+    table = (tmp_path / "runs" / "report.md").read_text()
+    assert "| dpgan | mnist | none (noise-free control) | 0.93 |" in table and "| dpgan | mnist | 1 | 0.4 |" in table
+    assert drawn == [((1.0,), (0.4,))] and lines == []

@@ -139,6 +139,54 @@ def test_empty_poisson_batch_is_a_noise_only_step():
     assert any(not torch.equal(a, b) for a, b in zip(before, after))  # noise and the public fake term still apply
 
 
+def per_sample_update(model, x, y, fake, fake_y, clip_fake: bool) -> list[torch.Tensor]:
+    """The critic's expected gradient, computed sample by sample on a plain copy of D (WGAN: -D(record),
+    +D(generated)): each record's gradient clipped to C, each generated sample's clipped too or not, summed and
+    divided by the expected batch size."""
+    net = model.net_d._module
+    c, total = model.max_grad_norm, [torch.zeros_like(p) for p in net.parameters()]
+    terms = [(-1.0, xi, yi, True) for xi, yi in zip(x, y)] + [(1.0, f, fy, clip_fake) for f, fy in zip(fake, fake_y)]
+    for sign, xi, yi, clip in terms:
+        grads = torch.autograd.grad(sign * net(xi[None], yi[None]).sum(), list(net.parameters()))
+        norm = torch.sqrt(sum(g.pow(2).sum() for g in grads))
+        scale = min(1.0, c / (norm.item() + 1e-6)) if clip else 1.0  # Opacus' clipping factor
+        total = [t + scale * g for t, g in zip(total, grads)]
+    return [t / model.batch_size for t in total]
+
+
+@pytest.mark.parametrize("fake_term", ["clipped", "public"])
+def test_the_critic_step_clips_what_fake_term_says_and_nothing_else(fake_term):
+    torch.manual_seed(0)
+    model = tiny(DPGAN, weight_clip=None, fake_term=fake_term, max_grad_norm=0.05,
+                 optimizer_d={"name": "sgd", "lr": 1.0})
+    fit(model, 1, accelerator="cpu")
+    model.dp_optimizer.noise_multiplier = 0.0  # the update itself is under test, not the noise
+    x, y = Toy().load()[0][:20]
+    fake, fake_y = model.generated(model.batch_size)
+    fake, fake_y = fake.detach(), fake_y.detach()
+    model.generated = lambda n: (fake, fake_y)
+    expected = per_sample_update(model, x, y, fake, fake_y, clip_fake=fake_term == "clipped")
+    before = [p.detach().clone() for p in model.net_d.parameters()]
+    model.critic_step(x, y)
+    moved = [b - p.detach() for b, p in zip(before, model.net_d.parameters())]  # SGD, lr 1: the update itself
+    for m, e in zip(moved, expected):
+        assert torch.allclose(m, e, atol=1e-6), (m - e).abs().max()
+    # with C this small every clipped term has norm C: clipping the fake term too shrinks the update's fake part
+    fake_part = per_sample_update(model, x[:0], y[:0], fake, fake_y, clip_fake=False)
+    assert (sum(f.norm() ** 2 for f in fake_part) ** 0.5).item() > 10 * 0.05 * len(fake) / model.batch_size
+
+
+def test_the_fake_term_does_not_change_the_accounting():
+    costs = []
+    for fake_term in ("public", "clipped"):
+        model = tiny(DPGAN, fake_term=fake_term)
+        fit(model, 1, accelerator="cpu")
+        costs.append(model.step_cost().epsilon(1e-5, "data_independent", "classical", n=100))
+    assert costs[0] == costs[1] > 0
+    with pytest.raises(ValueError, match="fake_term"):
+        tiny(DPGAN, fake_term="none")
+
+
 def test_discriminator_weights_clipped_and_batchnorm_replaced():
     model = tiny(DPGAN, discriminator={"hidden": [32], "batch_norm": True})
     kinds = {type(m) for m in model.net_d.modules()}

@@ -48,7 +48,7 @@ class CountingData(TensorData):
 
 def tiny(**kw):
     args = dict(epsilon=1.0, delta=1e-5, batch_size=32, n_features=200, bandwidth=2.0, z_dim=4, chunk_size=10,
-                generator={"fc": {"hidden": [32, 32]}})
+                generator={"kind": "fc", "fc": {"hidden": [32, 32]}})
     args.update(kw)
     return DPMERF(SHAPE, 2, "image", **args)
 
@@ -124,8 +124,10 @@ def test_the_conv_generator_is_one_config_switch_away_and_trains():
     assert any(not torch.equal(b, p) for b, p in zip(before, model.net_g.parameters()))
     x, _ = model.sample(4)
     assert x.shape == (4, *SHAPE) and 0 <= x.min() and x.max() <= 1
-    with pytest.raises(ValueError, match="fc or conv"):
+    with pytest.raises(ValueError, match="conv, fc or table"):
         tiny(generator={"kind": "resnet"})
+    with pytest.raises(ValueError, match="does not fit image data"):
+        tiny(generator={"kind": "table"})
 
 
 def test_released_labels_follow_the_noisy_class_counts():

@@ -89,7 +89,7 @@ def test_samples_are_records_of_the_datamodules_layout():
 
 
 @pytest.mark.parametrize("kw, words", [
-    ({"generator": {"kind": "conv"}}, "generator.kind='conv' is for images"),
+    ({"generator": {"kind": "conv"}}, "generator.kind='conv' does not fit table data"),
     ({"generator": {"table": {"categorical": {"a": [0, 1, 2], "b": list(range(4))}}}}, "one-hot blocks"),
     ({"labels": "uniform"}, "labels must be one of"),
 ])

@@ -9,7 +9,8 @@ writes them, or `metrics.json` and `config.yaml`, as `--keep` stores them) is on
   run folder; if `--out` holds a `RESULTS.md`, the table replaces the block between its `<!-- report -->` and
   `<!-- /report -->` lines instead;
 - `utility_vs_epsilon.png`: utility against the budget, one line per method and dataset (as G-PATE figure 2);
-  non-private runs (eps = inf) as dashed horizontal lines; `--accuracy synthetic|private_val|test` chooses which
+  non-private runs (eps = inf) as dashed horizontal lines, noise-free controls of private methods
+  (`method.private=false`) not drawn; `--accuracy synthetic|private_val|test` chooses which
   image accuracy it draws;
 - `samples.png`: the final sample grid of every image run, titled by method, dataset and budget.
 
@@ -101,10 +102,13 @@ def utility(downstream: dict) -> dict:
 def load_run(path: Path) -> dict:
     metrics = json.loads((path / "metrics.json").read_text())
     cfg = OmegaConf.load(config_file(path))
-    private = metrics.get("privacy", {}).get("private", False)
+    # a private method run with method.private=false (its noise-free control) keeps a ledger but had no budget
+    control = metrics.get("privacy", {}).get("private", False) and not OmegaConf.select(cfg, "method.private",
+                                                                                         default=True)
+    private = metrics.get("privacy", {}).get("private", False) and not control
     budget = OmegaConf.select(cfg, "privacy.epsilon", default=None)
     quality = metrics.get("image_quality", {})
-    return {"method": cfg.method.name, "data": cfg.data.name,
+    return {"method": cfg.method.name, "data": cfg.data.name, "control": control,
             "budget": float(budget) if private and budget is not None else math.inf,
             "spent": metrics.get("privacy", {}).get("epsilon", {}), "utility": utility(metrics.get("downstream", {})),
             "IS": quality.get("IS"), "FID": quality.get("FID"), "steps": metrics.get("steps"),
@@ -148,7 +152,8 @@ def markdown_table(rows: list[dict]) -> str:
             "wall time (s)", "peak RSS (GB)", "machine", "command", "run"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in sorted(rows, key=lambda r: (r["data"], r["method"], r["budget"])):
-        cells = [row["method"], row["data"], "none (not private)" if math.isinf(row["budget"]) else f"{row['budget']:g}",
+        cells = [row["method"], row["data"], ("none (noise-free control)" if row["control"] else "none (not private)")
+                 if math.isinf(row["budget"]) else f"{row['budget']:g}",
                  *(utility_cell(row["utility"], key) for key in utilities), number(row["IS"], 3), number(row["FID"]),
                  *(number(row["spent"].get(b), 5) for b in bounds), str(row["steps"] or ""),
                  row["wall_time"], number(row["peak_rss_gb"], 3), row["machine"] or "",
@@ -172,7 +177,7 @@ def write_block(path: Path, table: str) -> None:
 def plot_utility(rows: list[dict], path: Path, accuracy: str = "synthetic") -> None:
     """`accuracy`: which image accuracy (a key of ACCURACIES) is drawn; tables alone: the mean AUROC."""
     metric = accuracy if any(accuracy in r["utility"] for r in rows) else "auroc"
-    drawn = [r for r in rows if r["utility"].get(metric) is not None]
+    drawn = [r for r in rows if r["utility"].get(metric) is not None and not r["control"]]
     fig, ax = plt.subplots(figsize=(6, 4))
     groups = sorted({(r["data"], r["method"]) for r in drawn})
     for data, method in groups:

@@ -8,10 +8,17 @@ only drives Lightning's steps and its batches are not used. One Lightning step =
 discriminator steps (one Poisson batch each) + one generator step, so `global_step` counts generator steps.
 
 What is private: the real-data term of the discriminator loss, per sample, through the DPOptimizer. The
-fake-data term is a function of the current (already private) discriminator and of public noise only; its
-gradient is added after Opacus has clipped and noised the real part (DP-CGAN's scheme, Torkzadehmahani et
-al. 2019 Sec. 3; Xie et al. clip each (real, fake) pair's gradient together, which spends the same noise
-on less signal). The generator step freezes the discriminator, so no gradient is left on it.
+fake-data term is a function of the current (already private) discriminator and of public noise only, so how it
+enters changes nothing of the privacy argument (`fake_term`):
+- "public": its gradient is added unclipped after Opacus has clipped and noised the real part (DP-CGAN's scheme,
+  Torkzadehmahani et al. 2019 Sec. 3).
+- "clipped": each generated sample's gradient is clipped to C like each record's, in the same Opacus step (the
+  noise is the same N(0, (sigma C)^2) on the sum, calibrated to the one record that can change). Under a WGAN loss
+  a record's gradient does not shrink as the critic improves, so clipping only the real term scales it down
+  against the fake one, and the critic then maximises a E[D(real)] - E[D(fake)] with a < 1, which rewards a
+  generator for darker samples; clipping both keeps the two terms alike (DPImageBench passes real and fake
+  samples through Opacus together; Xie et al. 2018 clip each (real, fake) pair's gradient together).
+The generator step freezes the discriminator, so no gradient is left on it.
 """
 from __future__ import annotations
 
@@ -42,6 +49,7 @@ OBJECTIVES = {
             lambda d: bce(d, torch.ones_like(d))),
 }
 OPTIMIZERS = {"rmsprop": torch.optim.RMSprop, "sgd": torch.optim.SGD, "adam": torch.optim.Adam}
+FAKE_TERMS = ("public", "clipped")
 
 
 def make_optimizer(net: nn.Module, spec: dict) -> torch.optim.Optimizer:
@@ -63,7 +71,7 @@ class DPSGDGAN(PrivateGenerator):
     def __init__(self, shape, num_classes, kind, z_dim: int = 128, batch_size: int = 64,
                  noise_multiplier: float = 1.1, max_grad_norm: float = 1.0, critic_steps: int = 5,
                  objective: str = "wgan", optimizer_g: dict | None = None, optimizer_d: dict | None = None,
-                 weight_clip: float | None = None,
+                 weight_clip: float | None = None, fake_term: str = "public",
                  generator: dict | None = None, discriminator: dict | None = None, class_probs=None,
                  secure_mode: bool = False, seed: int = 0):
         super().__init__(shape, num_classes, kind, z_dim=z_dim, generator=generator, class_probs=class_probs)
@@ -75,6 +83,9 @@ class DPSGDGAN(PrivateGenerator):
         self.optimizer_g = dict(optimizer_g or {"name": "rmsprop", "lr": 5e-5})
         self.optimizer_d = dict(optimizer_d or {"name": "rmsprop", "lr": 5e-5})
         self.weight_clip = weight_clip
+        if fake_term not in FAKE_TERMS:
+            raise ValueError(f"unknown fake_term {fake_term!r} (one of {FAKE_TERMS})")
+        self.fake_term = fake_term
         self.secure_mode, self.seed = secure_mode, int(seed)
         self.net_d = GradSampleModule(opacus_ready(self.build_discriminator(**(discriminator or {}))),
                                       loss_reduction="sum")
@@ -144,11 +155,17 @@ class DPSGDGAN(PrivateGenerator):
         with torch.no_grad():
             fake, fake_y = self.generated(self.batch_size)
         opt.zero_grad()
-        # the fake term is public given D: plain gradients, no per-sample work
-        fake_term, fake_grads = public_term(self.net_d, lambda: self.fake_loss(self.net_d(fake, fake_y)))
-        real_term = self.real_loss(self.net_d(x, y))
-        self.manual_backward(real_term)
-        private_step_with(opt, self.net_d, fake_grads)
+        if self.fake_term == "clipped":  # one Opacus step over records and generated samples, each clipped to C
+            d = self.net_d(torch.cat([x, fake.to(x.dtype)]), torch.cat([y, fake_y.to(y.dtype)]))
+            real_term, fake_sum = self.real_loss(d[:len(x)]), self.fake_loss(d[len(x):]) * len(fake)
+            self.manual_backward(real_term + fake_sum)
+            opt.step()
+            fake_term = fake_sum / len(fake)
+        else:  # the fake term is public given D: plain gradients, no per-sample work
+            fake_term, fake_grads = public_term(self.net_d, lambda: self.fake_loss(self.net_d(fake, fake_y)))
+            real_term = self.real_loss(self.net_d(x, y))
+            self.manual_backward(real_term)
+            private_step_with(opt, self.net_d, fake_grads)
         if self.weight_clip is not None:
             with torch.no_grad():
                 for p in trainable(self.net_d):

@@ -52,8 +52,8 @@ class DPMERF(PrivateGenerator):
     G(z, y), and one Adam step on sum_c |sum_{i: y_i = c} (phi(G(z_i, c)) - m_c)|^2 / B^2, m_c the released mean
     embedding of class c (DP-MERF's squared MMD between the released and the generated embeddings).
 
-    The generator is DP-MERF's MLP [z, y] -> 200 -> 500 -> C*H*W (BatchNorm, ReLU, sigmoid output), or with
-    generator.kind=conv the DCGAN-style one (build_generator); for tables, DP-MERF's tabular MLP with a sigmoid per
+    The generator for images is the project's DCGAN-style one (generator.kind=conv, the default: 93-95% against
+    87-90% for the MLP in docs/RESULTS.md) or DP-MERF's MLP [z, y] -> 200 -> 500 -> C*H*W (kind=fc); for tables, DP-MERF's tabular MLP with a sigmoid per
     continuous column and a drawn category per one-hot block (table_generator). `bandwidth` / `labels` None: the
     data kind's public defaults (default_bandwidth; labels balanced for images, released for tables). The
     datamodule's loader only drives Lightning's steps; its batches are not used."""
@@ -91,20 +91,22 @@ class DPMERF(PrivateGenerator):
         self.register_buffer("target", torch.zeros(self.num_classes, n_features))
         self.register_buffer("counts", torch.zeros(self.num_classes))
 
-    def build_generator(self, kind: str = "fc", fc: dict | None = None, conv: dict | None = None,
+    def build_generator(self, kind: str | None = None, fc: dict | None = None, conv: dict | None = None,
                         table: dict | None = None) -> nn.Module:
-        """kind="fc": DP-MERF's MLP [z, y] -> hidden -> C*H*W (BatchNorm, ReLU, sigmoid output), `fc` its
-        hidden sizes and batch_norm; kind="conv": the project's DCGAN-style conditional generator (nn/generator.py),
-        `conv` its sizes. Both sets live in the config, so `generator.kind` alone switches. Tables: always
-        `table_generator(**table)`."""
-        if self.kind == "table":
-            if kind != "fc":
-                raise ValueError(f"method.module.generator.kind={kind!r} is for images; tables use generator.table")
+        """Images: kind="conv" (the default) the project's DCGAN-style conditional generator (nn/generator.py),
+        `conv` its sizes; kind="fc": DP-MERF's MLP [z, y] -> hidden -> C*H*W (BatchNorm, ReLU, sigmoid output),
+        `fc` its hidden sizes and batch_norm. Tables: kind="table" (the default), `table_generator(**table)`. All
+        sets live in the config, so `generator.kind` alone switches."""
+        kind = kind or ("table" if self.kind == "table" else "conv")
+        if (kind == "table") != (self.kind == "table"):
+            raise ValueError(f"method.module.generator.kind={kind!r} does not fit {self.kind} data: tables take "
+                             "kind=table, images kind=conv or fc")
+        if kind == "table":
             return self.table_generator(**(table or {}))
         if kind == "conv":
             return super().build_generator(**(conv or {}))
         if kind != "fc":
-            raise ValueError(f"unknown method.module.generator.kind {kind!r} (fc or conv)")
+            raise ValueError(f"unknown method.module.generator.kind {kind!r} (conv, fc or table)")
         arch = dict(fc or {})
         hidden, batch_norm = tuple(arch.pop("hidden", (200, 500))), arch.pop("batch_norm", True)
         return FCGenerator(self.shape, self.num_classes, z_dim=self.z_dim, hidden=hidden, activation="relu",
