@@ -121,3 +121,29 @@ def test_a_noise_free_control_is_labelled_in_the_table_and_not_drawn_at_the_budg
     table = (tmp_path / "runs" / "report.md").read_text()
     assert "| dpgan | mnist | none (noise-free control) | 0.93 |" in table and "| dpgan | mnist | 1 | 0.4 |" in table
     assert drawn == [((1.0,), (0.4,))] and lines == []
+
+
+def test_the_comparison_table_takes_each_cell_from_the_run_its_spec_names(tmp_path):
+    results = tmp_path / "results"
+    three = {"accuracy": 0.25, "synthetic": {"accuracy": 0.25, "epoch": 9},
+             "private_val": {"accuracy": 0.3, "epoch": 2}, "test": {"accuracy": 0.625, "epoch": 1}}
+    fake_run(results, "gpate", "mnist", 1.0, {**private(1.0, 0.25, 0.99), "downstream": three})
+    fake_run(results, "gan", "mnist", "inf", {"privacy": {"private": False}, "downstream": {"accuracy": 0.92}})
+    (results / "comparison.yaml").write_text(
+        "columns: {mnist: [1, 10]}\nmethods:\n"
+        "  - {name: G-PATE, cells: {mnist_1: gpate_mnist_1.0}, paper: {mnist_1: 0.588, mnist_10: 0.8092}}\n"
+        "  - {name: GAN, cells: {mnist: gan_mnist_inf}, paper: {mnist: 0.9653}}\n")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "RESULTS.md").write_text("# R\n<!-- comparison -->\nold\n<!-- /comparison -->\n<!-- report -->\n"
+                                     "<!-- /report -->\n")
+    main([str(results), "--out", str(docs)])
+    block = (docs / "RESULTS.md").read_text().split("<!-- comparison -->\n")[1].split("<!-- /comparison -->")[0]
+    assert block.splitlines() == [
+        "| method | mnist, eps = 1 | mnist, eps = 10 |", "|---|---:|---:|",
+        "| G-PATE | [25.0 / 30.0 / 62.5](results/gpate_mnist_1.0) (paper 58.80) | not run (paper 80.92) |",
+        "| GAN | [92.0 / - / -](results/gan_mnist_inf) (paper 96.53) "
+        "| [92.0 / - / -](results/gan_mnist_inf) (paper 96.53) |"]
+    (results / "comparison.yaml").write_text("columns: {mnist: [1]}\nmethods:\n  - {name: X, cells: {mnist_1: gone}}\n")
+    with pytest.raises(FileNotFoundError, match="gone .cell X, mnist_1. is no kept run"):
+        main([str(results), "--out", str(docs)])

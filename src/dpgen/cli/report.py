@@ -7,7 +7,9 @@ writes them, or `metrics.json` and `config.yaml`, as `--keep` stores them) is on
   synthetic hold-out, on the private validation split and on the real test set, side by side, "-" where a run has
   none; or the mean AUROC / AUPRC of the tabular models), IS, FID, epsilon spent under each bound, steps, wall time, peak memory, machine, command and
   run folder; if `--out` holds a `RESULTS.md`, the table replaces the block between its `<!-- report -->` and
-  `<!-- /report -->` lines instead;
+  `<!-- /report -->` lines instead, and if a given path holds a `comparison.yaml`, the comparison table it
+  describes (the papers' shape: methods x data x epsilon, each cell a named run's three accuracies beside the
+  paper's number) replaces the block between `<!-- comparison -->` and `<!-- /comparison -->`;
 - `utility_vs_epsilon.png`: utility against the budget, one line per method and dataset (as G-PATE figure 2);
   non-private runs (eps = inf) as dashed horizontal lines, noise-free controls of private methods
   (`method.private=false`) not drawn; `--accuracy synthetic|private_val|test` chooses which
@@ -163,15 +165,51 @@ def markdown_table(rows: list[dict]) -> str:
 
 
 BEGIN, END = "<!-- report -->", "<!-- /report -->"
+COMPARISON = "comparison.yaml"  # in the results folder: which run stands for each cell of the comparison table
+COMPARISON_BEGIN, COMPARISON_END = "<!-- comparison -->", "<!-- /comparison -->"
 
 
-def write_block(path: Path, table: str) -> None:
-    """Replace the generated block of a markdown file (between BEGIN and END lines) with `table`."""
+def write_block(path: Path, table: str, begin: str = BEGIN, end: str = END) -> None:
+    """Replace the generated block of a markdown file (between `begin` and `end` lines) with `table`."""
     text = path.read_text()
-    if BEGIN not in text or END not in text:
-        raise ValueError(f"{path}: no generated block; put a line {BEGIN} and a line {END} where the table goes")
-    head, rest = text.split(BEGIN, 1)
-    path.write_text(f"{head}{BEGIN}\n{table}{END}{rest.split(END, 1)[1]}")
+    if begin not in text or end not in text:
+        raise ValueError(f"{path}: no generated block; put a line {begin} and a line {end} where the table goes")
+    head, rest = text.split(begin, 1)
+    path.write_text(f"{head}{begin}\n{table}{end}{rest.split(end, 1)[1]}")
+
+
+def percent(value) -> str:
+    return "-" if value is None else f"{100 * value:.1f}"
+
+
+def comparison_table(spec_path: Path) -> str:
+    """The papers' table shape: one row per method, one column per (data, epsilon) of `spec_path`'s `columns`;
+    each cell the accuracies of the run its `cells` names (a folder beside `spec_path`), epoch chosen on the
+    synthetic hold-out / the private validation split / the real test set, then what the paper reports
+    (`paper`). A run the spec names must exist; a cell it leaves out reads "not run"."""
+    spec = OmegaConf.to_container(OmegaConf.load(spec_path))
+    columns = [(data, eps) for data, budgets in spec["columns"].items() for eps in budgets]
+    head = ["method", *(f"{data}, eps = {eps:g}" for data, eps in columns)]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * len(columns)]
+    for method in spec["methods"]:
+        cells, paper = method.get("cells") or {}, method.get("paper") or {}
+        out = []
+        for data, eps in columns:
+            key = f"{data}_{eps:g}"
+            run_name = cells.get(key, cells.get(data))  # a non-private method: one run per dataset
+            reported = paper.get(key, paper.get(data))
+            if run_name is None:
+                cell = "not run"
+            else:
+                run = spec_path.parent / run_name
+                if not (run / "metrics.json").is_file():
+                    raise FileNotFoundError(f"{spec_path}: {run_name} (cell {method['name']}, {key}) is no kept run")
+                u = load_run(run)["utility"]
+                cell = (f"[{percent(u.get('synthetic'))} / {percent(u.get('private_val'))} / "
+                        f"{percent(u.get('test'))}]({spec_path.parent.name}/{run_name})")  # from the folder above
+            out.append(cell + ("" if reported is None else f" (paper {100 * reported:.2f})"))
+        lines.append(f"| {method['name']} | " + " | ".join(out) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def plot_utility(rows: list[dict], path: Path, accuracy: str = "synthetic") -> None:
@@ -246,6 +284,9 @@ def main(argv: list[str] | None = None) -> Path:
     table = markdown_table(rows)
     if (out / "RESULTS.md").exists():
         write_block(out / "RESULTS.md", table)
+        spec = next((path / COMPARISON for path in args.paths if (path / COMPARISON).is_file()), None)
+        if spec is not None:
+            write_block(out / "RESULTS.md", comparison_table(spec), COMPARISON_BEGIN, COMPARISON_END)
         written = ["RESULTS.md"]
     else:
         (out / "report.md").write_text(f"# Runs compared ({len(rows)})\n\n" + table)
