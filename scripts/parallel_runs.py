@@ -38,7 +38,10 @@ def headline(run_dir: Path) -> dict:
         return {}
     m = json.loads(path.read_text())
     down, quality = m.get("downstream") or {}, m.get("image_quality") or {}
-    return {"accuracy": down.get("accuracy"), "max_test_accuracy": down.get("max_test_accuracy"),
+    return {"accuracy": down.get("accuracy"),  # that of the run's eval.selection
+            "synthetic_accuracy": (down.get("synthetic") or {}).get("accuracy", down.get("accuracy")),
+            "private_val_accuracy": (down.get("private_val") or {}).get("accuracy"),
+            "max_test_accuracy": down.get("max_test_accuracy"),
             "max_test_epoch": down.get("max_test_epoch"), "IS": quality.get("IS"), "FID": quality.get("FID"),
             "epsilon": (m.get("privacy") or {}).get("epsilon"),
             "wall_time_s": m.get("wall_time_s")}
