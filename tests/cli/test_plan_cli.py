@@ -17,6 +17,7 @@ from dpgen.privacy.gswgan import GSWGAN_ORDERS, rdp_sampled_wor_gaussian
 from dpgen.privacy.laplace import rdp_laplace
 from dpgen.privacy import pld
 from dpgen.privacy.ledger import PrivacyLedger
+from dpgen.privacy.plan import MAX_STEPS
 from dpgen.privacy.rdp import DEFAULT_ORDERS, eps_from_rdp
 
 MNIST = ["data=mnist", "data.root=/nonexistent", "data.download=false"]  # 60,000 records, known without loading
@@ -96,7 +97,7 @@ def test_unknown_sizes_are_counted_by_loading(tmp_path):
 def test_a_method_without_planner_is_a_clear_error():
     with pytest.raises(ValueError, match="no privacy planner for method=gan") as err:
         main(["method=gan"])
-    for name in ("dpcgan", "dpgan", "gpate", "gswgan", "pate_triplegan", "pategan"):
+    for name in ("dpcgan", "dpgan", "dpmerf", "gpate", "gswgan", "pate_triplegan", "pategan"):
         assert name in str(err.value)
     with pytest.raises(ValueError, match="no privacy planner for method=nope"):
         main(["method=dpgan", "method.name=nope"])
@@ -126,6 +127,19 @@ def test_dpcgan_plan_is_what_the_method_charges_per_step():
     # the reference sigma 1.12 (C = 1.1): one step costs eps = 1.06 > 1 under the classical conversion
     assert main(["method=dpcgan", "privacy.epsilon=1", *MNIST])["best_case_steps"] == 0
     assert main(["method=dpcgan", *MNIST])["best_case_steps"] == 24_413  # hence its default budget eps = 10
+
+
+def test_dpmerf_plan_is_the_release_its_run_makes_and_free_steps(capsys):
+    result = main(["method=dpmerf", "privacy.epsilon=1", *MNIST])
+    assert result["conversion"] == "gdp" and result["sigma"] == pytest.approx(3.7306 * result["sensitivity"], rel=1e-4)
+    assert result["best_case_steps"] == result["worst_case_steps"] == MAX_STEPS
+    printed = " ".join(capsys.readouterr().out.split())  # the console wraps lines
+    assert "every step after it is free: the run stops at method.max_steps=2,000." in printed
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=["method=dpmerf", "privacy.epsilon=1", *MNIST])
+    model = build_method(cfg, build_datamodule(cfg))
+    assert model.sigma == result["sigma"]  # the run calibrates its noise exactly as the plan does
+    assert model.step_cost().epsilon(1e-5, "data_independent", "gdp", n=10**6) == pytest.approx(1.0, rel=1e-9)
 
 
 def test_pategan_plan_charges_every_labelled_sample():

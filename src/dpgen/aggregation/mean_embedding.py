@@ -19,8 +19,9 @@ import torch
 from torch import nn
 
 from dpgen.aggregation.noise import secret_generator
+from dpgen.privacy.cost import StepCost
 from dpgen.privacy.gdp import mu_gaussian
-from dpgen.privacy.ledger import PrivacyLedger
+from dpgen.privacy.ledger import GDP_EXTRA, NO_DATA_DEPENDENT_BOUND, PrivacyLedger
 
 MECHANISM = "gaussian_mean_embedding"
 
@@ -68,6 +69,13 @@ def embedding_sums(chunks: Iterable[tuple[torch.Tensor, torch.Tensor]], features
         sums[:, :-1] += (onehot.T @ phi).double()
         sums[:, -1] += a * onehot.sum(0).double()
     return sums
+
+
+def step_cost(a: float, sigma: float, orders) -> StepCost:
+    """The one release (mu-GDP, upfront, mu = sensitivity(a) / sigma) and training steps that cost nothing, as
+    PrivacyBudget and the planner price a DP-MERF run."""
+    return StepCost({GDP_EXTRA: 0.0}, orders, aliases=NO_DATA_DEPENDENT_BOUND,
+                    upfront={GDP_EXTRA: mu_gaussian(sensitivity(a), sigma)})
 
 
 @dataclass

@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 from rich.table import Table
 
-from dpgen.aggregation import dpgradagg, hybrid, pate_vote
+from dpgen.aggregation import dpgradagg, hybrid, mean_embedding, pate_vote
 from dpgen.aggregation.dpgradagg import DPGradAggParams
 from dpgen.aggregation.gradient_sanitizer import SanitizerParams
 from dpgen.aggregation.hybrid import HybridParams
@@ -22,9 +22,11 @@ from dpgen.cli.common import CONF_DIR, USER_ERRORS, check_config, console, fail
 from dpgen.cli.train import build_datamodule
 from dpgen.privacy.cost import StepCost, dpsgd_step
 from dpgen.privacy.dpsgd import noise_multiplier_of
+from dpgen.privacy.gaussian import gaussian_sigma
 from dpgen.privacy.gswgan import BOUND_ALIASES as GSWGAN_ALIASES
 from dpgen.privacy.gswgan import BOUNDS as GSWGAN_BOUNDS
 from dpgen.privacy.ledger import STANDARD_BOUNDS
+from dpgen.privacy.plan import MAX_STEPS
 from dpgen.privacy.rdp import DEFAULT_ORDERS
 
 USAGE = """usage: python -m dpgen.cli.plan [override ...]
@@ -135,7 +137,17 @@ def plan_pate_triplegan(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
         "best_case": "no query answered", "worst_case": "every query answered"}
 
 
-PLANNERS = {"gpate": plan_gpate, "pategan": plan_pategan, "pate_triplegan": plan_pate_triplegan,
+def plan_dpmerf(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
+    """One Gaussian release, its sigma calibrated to the budget as the method calibrates it; steps are free."""
+    module, p = cfg.method.module, cfg.privacy
+    a = module.count_feature
+    sigma = gaussian_sigma(p.epsilon, p.delta, mean_embedding.sensitivity(a), p.conversion)
+    return mean_embedding.step_cost(a, sigma, DEFAULT_ORDERS), {
+        "mechanism": mean_embedding.MECHANISM, "sensitivity": mean_embedding.sensitivity(a), "sigma": sigma,
+        "n_features": module.n_features, "steps": "free: training reads only the release (post-processing)"}
+
+
+PLANNERS = {"dpmerf": plan_dpmerf, "gpate": plan_gpate, "pategan": plan_pategan, "pate_triplegan": plan_pate_triplegan,
             "dpgan": plan_dpsgd_gan, "dpcgan": plan_dpsgd_gan, "gswgan": plan_gswgan}
 
 
@@ -166,13 +178,16 @@ def show(result: dict) -> None:
     worst, best, unit = result["worst_case_steps"], result["best_case_steps"], result.get("step_unit", "steps")
     if best == 0:
         message = "Not one step fits the budget: train.py refuses it before training (one error line, exit status 2)."
+    elif worst == MAX_STEPS:
+        message = (f"The budget pays for the release alone; every step after it is free: the run stops at "
+                   f"method.max_steps={result['max_steps']:,}.")
     elif worst == best:
         message = f"A run stops after {best:,} {unit} (every step costs the same)."
     else:
         bound = "best" if result["governing_bound"] == "data_dependent" else "worst"
         message = (f"A run stops between {worst:,} and {best:,} {unit} "
                    f"(the {bound} case is the one privacy.bound={result['governing_bound']} can reach).")
-    if 0 < result.get("max_steps", -1) < best:
+    if 0 < result.get("max_steps", -1) < best < MAX_STEPS:
         message += f" method.max_steps={result['max_steps']:,} stops it there if that comes first."
     console.print(message)
 

@@ -15,10 +15,8 @@ from dpgen.data.base import TensorData
 from dpgen.methods.base import PrivateGenerator
 from dpgen.nn.fc import FCGenerator
 from dpgen.nn.mixed_table import MixedTableGenerator
-from dpgen.privacy.cost import StepCost
 from dpgen.privacy.gaussian import gaussian_sigma
-from dpgen.privacy.gdp import mu_gaussian
-from dpgen.privacy.ledger import GDP_EXTRA, NO_DATA_DEPENDENT_BOUND, PrivacyLedger
+from dpgen.privacy.ledger import NO_DATA_DEPENDENT_BOUND, PrivacyLedger
 from dpgen.privacy.rdp import DEFAULT_ORDERS
 
 FEATURES_KEY = "dpmerf_features"
@@ -127,8 +125,7 @@ class DPMERF(PrivateGenerator):
     def step_cost(self):
         """The release (mu-GDP, upfront) and steps that cost nothing: PrivacyBudget refuses a budget the release
         alone exceeds (it cannot, sigma being calibrated to it) and lets every step run."""
-        return StepCost({GDP_EXTRA: 0.0}, self.orders, aliases=NO_DATA_DEPENDENT_BOUND,
-                        upfront={GDP_EXTRA: mu_gaussian(self.sensitivity, self.sigma)})
+        return mean_embedding.step_cost(self.count_feature, self.sigma, self.orders)
 
     def on_fit_start(self) -> None:
         # Runs after a checkpoint is restored (ledger and release included): a resumed run never releases again.
