@@ -123,12 +123,15 @@ def test_a_noise_free_control_is_labelled_in_the_table_and_not_drawn_at_the_budg
     assert drawn == [((1.0,), (0.4,))] and lines == []
 
 
-def test_the_comparison_table_takes_each_cell_from_the_run_its_spec_names(tmp_path):
+def test_the_comparison_table_takes_each_cell_from_the_run_its_spec_names(tmp_path, monkeypatch):
     results = tmp_path / "results"
     three = {"accuracy": 0.25, "synthetic": {"accuracy": 0.25, "epoch": 9},
              "private_val": {"accuracy": 0.3, "epoch": 2}, "test": {"accuracy": 0.625, "epoch": 1}}
     fake_run(results, "gpate", "mnist", 1.0, {**private(1.0, 0.25, 0.99), "downstream": three})
     fake_run(results, "gan", "mnist", "inf", {"privacy": {"private": False}, "downstream": {"accuracy": 0.92}})
+    fake_run(results, "gpate", "mnist", 10.0, private(10.0, 0.11, 9.9))  # a run no cell names
+    drawn = []
+    monkeypatch.setattr("dpgen.cli.report.plt.Axes.plot", lambda ax, *points, **kw: drawn.append(points))
     (results / "comparison.yaml").write_text(
         "columns: {mnist: [1, 10]}\nmethods:\n"
         "  - {name: G-PATE, cells: {mnist_1: gpate_mnist_1.0}, paper: {mnist_1: 0.588, mnist_10: 0.8092}}\n"
@@ -144,6 +147,7 @@ def test_the_comparison_table_takes_each_cell_from_the_run_its_spec_names(tmp_pa
         "| G-PATE | [25.0 / 30.0 / 62.5](results/gpate_mnist_1.0) (paper 58.80) | not run (paper 80.92) |",
         "| GAN | [92.0 / - / -](results/gan_mnist_inf) (paper 96.53) "
         "| [92.0 / - / -](results/gan_mnist_inf) (paper 96.53) |"]
+    assert drawn == [((1.0,), (0.25,))]  # the plot draws the cells' runs only
     (results / "comparison.yaml").write_text("columns: {mnist: [1]}\nmethods:\n  - {name: X, cells: {mnist_1: gone}}\n")
     with pytest.raises(FileNotFoundError, match="gone .cell X, mnist_1. is no kept run"):
         main([str(results), "--out", str(docs)])

@@ -9,7 +9,8 @@ writes them, or `metrics.json` and `config.yaml`, as `--keep` stores them) is on
   run folder; if `--out` holds a `RESULTS.md`, the table replaces the block between its `<!-- report -->` and
   `<!-- /report -->` lines instead, and if a given path holds a `comparison.yaml`, the comparison table it
   describes (the papers' shape: methods x data x epsilon, each cell a named run's three accuracies beside the
-  paper's number) replaces the block between `<!-- comparison -->` and `<!-- /comparison -->`;
+  paper's number) replaces the block between `<!-- comparison -->` and `<!-- /comparison -->`, and the plots
+  below draw only those cells' runs;
 - `utility_vs_epsilon.png`: utility against the budget, one line per method and dataset (as G-PATE figure 2);
   non-private runs (eps = inf) as dashed horizontal lines, noise-free controls of private methods
   (`method.private=false`) not drawn; `--accuracy synthetic|private_val|test` chooses which
@@ -182,6 +183,13 @@ def percent(value) -> str:
     return "-" if value is None else f"{100 * value:.1f}"
 
 
+def comparison_runs(spec_path: Path) -> set[Path]:
+    """The run folders the comparison spec names for its cells."""
+    spec = OmegaConf.to_container(OmegaConf.load(spec_path))
+    return {(spec_path.parent / name).resolve() for method in spec["methods"]
+            for name in (method.get("cells") or {}).values()}
+
+
 def comparison_table(spec_path: Path) -> str:
     """The papers' table shape: one row per method, one column per (data, epsilon) of `spec_path`'s `columns`;
     each cell the accuracies of the run its `cells` names (a folder beside `spec_path`), epoch chosen on the
@@ -216,7 +224,7 @@ def plot_utility(rows: list[dict], path: Path, accuracy: str = "synthetic") -> N
     """`accuracy`: which image accuracy (a key of ACCURACIES) is drawn; tables alone: the mean AUROC."""
     metric = accuracy if any(accuracy in r["utility"] for r in rows) else "auroc"
     drawn = [r for r in rows if r["utility"].get(metric) is not None and not r["control"]]
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(8, 4))
     groups = sorted({(r["data"], r["method"]) for r in drawn})
     for data, method in groups:
         points = sorted((r["budget"], r["utility"][metric]) for r in drawn if (r["data"], r["method"]) == (data, method))
@@ -231,7 +239,7 @@ def plot_utility(rows: list[dict], path: Path, accuracy: str = "synthetic") -> N
     ax.set_ylabel(ACCURACIES.get(metric, metric))
     ax.set_title(f"{ACCURACIES.get(metric, metric)} of synthetic data vs epsilon", fontsize="medium")
     if groups:
-        ax.legend(fontsize="small")
+        ax.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.01, 0.5))  # beside the lines
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -279,21 +287,25 @@ def main(argv: list[str] | None = None) -> Path:
     if not runs:
         raise FileNotFoundError(f"no finished runs (metrics.json + .hydra/config.yaml) below {args.paths}")
     rows = [load_run(run) for run in runs]
+    found = len(rows)
     out = args.out or args.paths[0]
     out.mkdir(parents=True, exist_ok=True)
     table = markdown_table(rows)
     if (out / "RESULTS.md").exists():
         write_block(out / "RESULTS.md", table)
+        written = ["RESULTS.md"]
         spec = next((path / COMPARISON for path in args.paths if (path / COMPARISON).is_file()), None)
         if spec is not None:
             write_block(out / "RESULTS.md", comparison_table(spec), COMPARISON_BEGIN, COMPARISON_END)
-        written = ["RESULTS.md"]
+            cells = comparison_runs(spec)  # the plots draw the comparison's cells: one line per method and data
+            rows = [row for row in rows if Path(row["path"]).resolve() in cells]
     else:
         (out / "report.md").write_text(f"# Runs compared ({len(rows)})\n\n" + table)
         written = ["report.md"]
     plot_utility(rows, out / "utility_vs_epsilon.png", args.accuracy)
     written += ["utility_vs_epsilon.png"] + (["samples.png"] if plot_samples(rows, out / "samples.png") else [])
-    console.print(f"{len(rows)} runs -> {out}: {', '.join(written)}")
+    console.print(f"{found} runs -> {out}: {', '.join(written)}" + ("" if len(rows) == found else
+                                                                     f" (the plots: the {len(rows)} cells' runs)"))
     return out
 
 
