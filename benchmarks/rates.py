@@ -15,6 +15,7 @@ from typing import Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry
 
 GIGA = 1e9
 aten = torch.ops.aten
@@ -104,6 +105,30 @@ class Recorder(TorchDispatchMode):
 
 
 MATRIX_OPS = (aten.convolution.default, aten.bmm.default, aten.baddbmm.default)
+
+
+class FlopTally(TorchDispatchMode):
+    """The FLOPs of every operator torch's flop counter knows (matrix products, convolutions and their backward
+    passes), by torch's own formulas (torch.utils.flop_counter.flop_registry), without the module hooks of
+    FlopCounterMode, which refuse gradients taken inside torch.func transforms (GS-WGAN's gradient penalty)."""
+
+    def __init__(self):
+        super().__init__()
+        self.flops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        formula = flop_registry.get(func._overloadpacket)
+        if formula is not None:
+            self.flops += formula(*args, **(kwargs or {}), out_val=out)
+        return out
+
+
+def flop_count(run: Callable[[], object]) -> int:
+    """FLOPs of one call of run() (FlopTally)."""
+    with FlopTally() as tally:
+        run()
+    return tally.flops
 
 
 def matrix_kernels(run: Callable[[], object], ops=MATRIX_OPS) -> list[dict]:

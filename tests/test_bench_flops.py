@@ -53,3 +53,29 @@ def test_embedding_flops_count_what_torch_counts_over_chunks():
     # W x: 2 * 10 records * 4 frequencies * 12 dims; one-hot^T phi: 2 * 3 classes * 8 features * 10 records
     assert embedding_flops(10, 12, 8, 3) == 960 + 480
     assert counted(lambda: embedding_sums(chunks, features, 3, 0.2)) == 1440
+
+
+def test_flop_count_equals_torchs_counter_and_sees_the_kernels_vmap_runs():
+    from torch.func import functional_call, grad, vmap
+
+    from benchmarks.rates import flop_count
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, stride=2), torch.nn.ReLU(), torch.nn.Flatten(),
+                              torch.nn.Linear(4 * 3 * 3, 2))
+    x = torch.rand(5, 1, 8, 8)
+
+    def train():
+        net.zero_grad()
+        net(x).pow(2).sum().backward()
+
+    assert flop_count(train) == counted(train) > 0
+    params = {k: v.detach() for k, v in net.named_parameters()}
+    stacked = {k: v.expand(3, *v.shape).clone() for k, v in params.items()}
+
+    def penalty(theta, batch):  # an input gradient inside grad, as GS-WGAN's gradient penalty takes it
+        return grad(lambda inp: functional_call(net, theta, (inp,)).sum())(batch).pow(2).sum()
+
+    one = flop_count(lambda: grad(penalty)(params, x))
+    # vmap runs batched kernels: at least the work of the three separate calls (here more: its batching rule for
+    # the convolution's double backward computes more than it needs), all of it counted
+    assert 0 < 3 * one <= flop_count(lambda: vmap(grad(penalty))(stacked, x.expand(3, *x.shape)))

@@ -1,0 +1,71 @@
+"""GS-WGAN's warm start (nn/critic.py CriticEnsemble.pretrain): one WGAN-GP Adam step of a chunk of critics, as
+`python train.py method=gswgan` builds them (conf/method/gswgan.yaml: 1000 critics of model_dim 64 in chunks of 50,
+batches of 32 MNIST-sized records), in seconds, per critic, and as achieved GFLOP/s beside this process's fp32 matmul
+peak (benchmarks/rates.py); then what the reference's warm start, 1000 critics x 2000 iterations x 5 critic steps,
+takes at that rate, and the same for the CPU-sized variant (`critics.model_dim=16`, 100 critics).
+
+    python -m benchmarks gswgan [--quick]    # --quick: fewer repeats
+
+Work: counted by torch's flop formulas (benchmarks/rates.py flop_count) over one critic's loss and gradients
+computed alone (the forward, the input gradient of the gradient penalty, the backward through it; Adam left out):
+the useful work, against which the rate is given; beside it what the chunk's vmap kernels run per critic.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+from hydra import compose, initialize_config_dir
+
+from benchmarks.rates import GIGA, best_seconds, flop_count, matmul_gflops
+from dpgen.cli.common import CONF_DIR
+from dpgen.nn.critic import CriticEnsemble
+
+SHAPE, CLASSES = (1, 28, 28), 10
+VARIANTS = {"reference (model_dim 64)": [], "CPU-sized (model_dim 16)": ["method.module.critics.model_dim=16",
+                                                                          "method.module.n_discriminators=100"]}
+
+
+def configured(*overrides: str):
+    """The method config of `python train.py method=gswgan <overrides>`."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose("config", ["method=gswgan", *overrides]).method
+
+
+def chunk_step(method) -> tuple[CriticEnsemble, callable, callable]:
+    """One chunk of the configured critics, a function taking one WGAN-GP step of the chunk on random records, and
+    one computing the loss and gradients of its first critic alone (the useful work of one critic step)."""
+    critics = dict(method.module.critics)
+    chunk = critics.pop("chunk_size")
+    ensemble = CriticEnsemble(chunk, SHAPE, CLASSES, chunk_size=chunk, **critics)
+    g = torch.Generator().manual_seed(0)
+    b = method.batch_size
+    real, fake = torch.rand(chunk, b, *SHAPE, generator=g), torch.rand(chunk, b, *SHAPE, generator=g)
+    labels = torch.randint(0, CLASSES, (chunk, b), generator=g)
+    alpha = torch.rand(b, *(1,) * len(SHAPE), generator=g)
+    one = {name: value[0] for name, value in ensemble.stacked(ensemble.params, 0, 1).items()}
+    return (ensemble, lambda: ensemble.train_step(0, chunk, real, labels, fake, g),
+            lambda: torch.func.grad_and_value(ensemble.loss)(one, real[0], labels[0], fake[0], alpha))
+
+
+def main(quick: bool = False) -> None:
+    repeats = 1 if quick else 3
+    peak = matmul_gflops(torch.float32, repeats=5)
+    print(f"threads: {torch.get_num_threads()}; load average {os.getloadavg()[0]:.1f}; fp32 matmul peak of this "
+          f"process {peak:.0f} GFLOP/s (torch.mm 2048 x 2048, best of 5)\n", flush=True)
+    print("| critics | chunk | s per chunk step | ms per critic step | GFLOP per critic step (run by vmap) | "
+          "achieved GFLOP/s | achieved / fp32 matmul | warm start (n critics x iterations x critic steps) |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---|")
+    for name, overrides in VARIANTS.items():
+        method = configured(*overrides)
+        ensemble, step, single = chunk_step(method)
+        flop, executed = flop_count(single), flop_count(step) / ensemble.n  # vmap's kernels do more than needed
+        seconds = best_seconds(step, repeats)
+        per_critic = seconds / ensemble.n
+        n, pre = method.module.n_discriminators, method.module.pretrain
+        total = n * pre.steps * pre.critic_steps * per_critic
+        print(f"| {name} | {ensemble.n} | {seconds:.3f} | {1e3 * per_critic:.2f} | {flop / GIGA:.3f} "
+              f"({executed / GIGA:.3f}) | "
+              f"{flop / per_critic / GIGA:.1f} | {flop / per_critic / GIGA / peak:.2f} | {n} x {pre.steps} x "
+              f"{pre.critic_steps}: {total / 3600:.1f} h |", flush=True)
+    print(flush=True)
