@@ -8,7 +8,8 @@ takes at that rate, and the same for the CPU-sized variant (`critics.model_dim=1
 
 Work: counted by torch's flop formulas (benchmarks/rates.py flop_count) over one critic's loss and gradients
 computed alone (the forward, the input gradient of the gradient penalty, the backward through it; Adam left out):
-the useful work, against which the rate is given; beside it what the chunk's vmap kernels run per critic.
+the useful work, against which the rate is given. (torch's formulas applied to the kernels vmap runs count far more
+than the machine can do in the time measured, so they are not used.)
 """
 from __future__ import annotations
 
@@ -53,19 +54,18 @@ def main(quick: bool = False) -> None:
     peak = matmul_gflops(torch.float32, repeats=5)
     print(f"threads: {torch.get_num_threads()}; load average {os.getloadavg()[0]:.1f}; fp32 matmul peak of this "
           f"process {peak:.0f} GFLOP/s (torch.mm 2048 x 2048, best of 5)\n", flush=True)
-    print("| critics | chunk | s per chunk step | ms per critic step | GFLOP per critic step (run by vmap) | "
+    print("| critics | chunk | s per chunk step | ms per critic step | GFLOP per critic step | "
           "achieved GFLOP/s | achieved / fp32 matmul | warm start (n critics x iterations x critic steps) |\n"
           "|---|---:|---:|---:|---:|---:|---:|---|")
     for name, overrides in VARIANTS.items():
         method = configured(*overrides)
         ensemble, step, single = chunk_step(method)
-        flop, executed = flop_count(single), flop_count(step) / ensemble.n  # vmap's kernels do more than needed
+        flop = flop_count(single)
         seconds = best_seconds(step, repeats)
         per_critic = seconds / ensemble.n
         n, pre = method.module.n_discriminators, method.module.pretrain
         total = n * pre.steps * pre.critic_steps * per_critic
-        print(f"| {name} | {ensemble.n} | {seconds:.3f} | {1e3 * per_critic:.2f} | {flop / GIGA:.3f} "
-              f"({executed / GIGA:.3f}) | "
+        print(f"| {name} | {ensemble.n} | {seconds:.3f} | {1e3 * per_critic:.2f} | {flop / GIGA:.3f} | "
               f"{flop / per_critic / GIGA:.1f} | {flop / per_critic / GIGA / peak:.2f} | {n} x {pre.steps} x "
               f"{pre.critic_steps}: {total / 3600:.1f} h |", flush=True)
     print(flush=True)
