@@ -17,13 +17,11 @@ from __future__ import annotations
 import os
 
 import torch
-from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from torch.utils.flop_counter import FlopCounterMode
 
-from benchmarks.rates import GIGA, best_seconds, bmm_flops, matmul_gflops
+from benchmarks.rates import GIGA, best_seconds, bmm_flops, matmul_gflops, train_config
 from dpgen.aggregation.mean_embedding import embedding_sums
-from dpgen.cli.common import CONF_DIR
 from dpgen.data.base import TensorData
 from dpgen.methods.dpmerf import DPMERF, record_chunks
 
@@ -36,8 +34,7 @@ GENERATORS = {"conv (default)": [], "fc (DP-MERF's MLP)": ["method.module.genera
 def method(*overrides: str) -> DPMERF:
     """DPMERF as `python train.py method=dpmerf data=mnist <overrides>` builds it: its features, generator and
     settings."""
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", ["method=dpmerf", *overrides])
+    cfg = train_config("method=dpmerf", *overrides)
     return instantiate(cfg.method.module, shape=SHAPE, num_classes=CLASSES, kind="image", _convert_="all")
 
 

@@ -16,10 +16,8 @@ from __future__ import annotations
 import os
 
 import torch
-from hydra import compose, initialize_config_dir
 
-from benchmarks.rates import GIGA, best_seconds, flop_count, matmul_gflops
-from dpgen.cli.common import CONF_DIR
+from benchmarks.rates import GIGA, best_seconds, flop_count, matmul_gflops, train_config
 from dpgen.nn.critic import CriticEnsemble
 
 SHAPE, CLASSES = (1, 28, 28), 10
@@ -29,8 +27,7 @@ VARIANTS = {"reference (model_dim 64)": [], "CPU-sized (model_dim 16)": ["method
 
 def configured(*overrides: str):
     """The method config of `python train.py method=gswgan <overrides>`."""
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("config", ["method=gswgan", *overrides]).method
+    return train_config("method=gswgan", *overrides).method
 
 
 def chunk_step(method) -> tuple[CriticEnsemble, callable, callable]:

@@ -14,11 +14,20 @@ import time
 from typing import Callable
 
 import torch
+from hydra import compose, initialize_config_dir
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
+from dpgen.cli.common import CONF_DIR
+
 GIGA = 1e9
 aten = torch.ops.aten
+
+
+def train_config(*overrides: str):
+    """The configuration `python train.py <overrides>` runs with (composed, not resolved)."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose("config", list(overrides))
 
 
 def sync(device: str) -> None:
