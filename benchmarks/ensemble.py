@@ -22,16 +22,14 @@ import sys
 import time
 
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from torch.func import functional_call, grad, vmap
 from torch.nn.functional import binary_cross_entropy_with_logits as bce
 from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.rates import (adam_bytes, aten, best_seconds, describe_peaks, matmul_gflops, matrix_kernels, peaks,
-                              rate_table, sync)
+                              rate_table, sync, train_config)
 from dpgen.aggregation.dpgradagg import vote_histograms
-from dpgen.cli.common import CONF_DIR
 from dpgen.nn.discriminator import ConditionalDiscriminator
 from dpgen.memory import reuse_freed_memory
 from dpgen.nn.ensemble import TeacherEnsemble
@@ -68,8 +66,7 @@ def flops_per_teacher(n: int = 4) -> float:
 def teacher_configs() -> dict[str, tuple[int, dict]]:
     """Per-teacher batch and TeacherEnsemble options of the default teachers and of the paper's, as `python
     train.py` and `python train.py experiment=gpate_mnist_eps1` compose them."""
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfgs = {"default": compose("config"), "paper": compose("config", ["experiment=gpate_mnist_eps1"])}
+    cfgs = {"default": train_config(), "paper": train_config("experiment=gpate_mnist_eps1")}
     return {name: (cfg.method.batch_size, OmegaConf.to_container(cfg.method.module.teachers, resolve=True))
             for name, cfg in cfgs.items()}
 
