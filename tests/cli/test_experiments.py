@@ -2,6 +2,7 @@
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
@@ -24,6 +25,8 @@ ABLATIONS = {"proj5": ("method.module.aggregator.proj_dim", 5), "proj20": ("meth
              "clip1e-5": ("method.module.aggregator.clip", 1e-5),
              "bins5": ("method.module.aggregator.bins", 5), "bins20": ("method.module.aggregator.bins", 20)}
 CELLS |= {f"gpate_{d}_ablation_{a}" for d in ("mnist", "fashion_mnist") for a in ABLATIONS}
+# baselines as the G-PATE paper configures them where that differs from the method's default
+BASELINE_CELLS = {"dpgan_gpate_appendix"}
 
 
 def composed(name: str, *overrides: str) -> dict:
@@ -46,7 +49,7 @@ def flat(tree: dict, prefix: str = "") -> dict:
 
 
 def test_one_file_per_cell():
-    assert {p.stem for p in (Path(CONF_DIR) / "experiment").glob("*.yaml")} == CELLS
+    assert {p.stem for p in (Path(CONF_DIR) / "experiment").glob("*.yaml")} == CELLS | BASELINE_CELLS
     for path in (Path(CONF_DIR) / "experiment").glob("*.yaml"):
         assert path.read_text().startswith("# @package _global_\n"), path.name
 
@@ -124,3 +127,23 @@ def test_hparams_search_is_a_multirun_grid_whose_every_job_composes():
         job = compose("config", overrides=["method=gpate", *(f"{key}={values[-1]}" for key, values in grid.items())])
     assert job.method.n_teachers == int(grid["method.n_teachers"][-1])
     assert job.method.module.aggregator.sigma2 == float(grid["method.module.aggregator.sigma2"][-1])
+
+
+def test_dpgan_gpate_appendix_is_the_appendix_e_configuration_and_differs_from_the_default():
+    cfg = composed("dpgan_gpate_appendix")
+    method, module = cfg["method"], cfg["method"]["module"]
+    assert (method["name"], cfg["data"]["name"], cfg["privacy"]["epsilon"], cfg["privacy"]["delta"]) == (
+        "dpgan", "mnist", 1.0, 1e-5)
+    assert (method["batch_size"], module["noise_multiplier"], module["critic_steps"], module["weight_clip"]) == (
+        64, 1.1, 5, 0.1)
+    assert module["optimizer_d"] == module["optimizer_g"] == {"name": "rmsprop", "lr": 5e-5}
+    model = instantiate(module, shape=IMAGES["mnist"], num_classes=10, kind="image", _convert_="all")
+    # G-PATE appendix E: FC nets [128, 256, 512, 784] and [784, 64, 64, 1], WGAN (the class's objective)
+    linears = [m for m in model.net_g.modules() if isinstance(m, torch.nn.Linear)]
+    assert [m.out_features for m in linears] == [256, 512, 784] and linears[0].in_features == 128 + 10
+    assert model.fake_term == "public" and model.real_loss(torch.ones(3)).item() == -3.0  # -sum D(real)
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        default = compose("config", overrides=["method=dpgan"])
+    assert default.method.module.generator.arch == default.method.module.discriminator.arch == "conv"
+    assert (default.method.module.objective, default.method.module.critic_steps,
+            default.method.module.fake_term) == ("bce", 1, "clipped")

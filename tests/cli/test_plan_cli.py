@@ -104,13 +104,21 @@ def test_a_method_without_planner_is_a_clear_error():
 
 
 def test_dpgan_counts_generator_steps_of_five_dpsgd_steps():
-    result = main(["method=dpgan", "privacy.epsilon=1", *MNIST])
+    result = main(["experiment=dpgan_gpate_appendix", *MNIST])
     n, q = result["worst_case_steps"], 64 / 60_000
     assert (result["best_case_steps"], result["dpsgd_steps_per_step"], result["sample_rate"]) == (n, 5, q)
     assert "each 5 DP-SGD steps" in result["step_unit"]
     # independently: 5 n Poisson-subsampled Gaussian steps at sigma 1.1
     assert_largest(lambda g: eps_from_rdp(rdp_subsampled_gaussian(q, 1.1, 5 * g, ORDERS), ORDERS, 1e-5)[0], n, 1.0)
-    assert 3000 < n < 3500  # conf/method/dpgan.yaml: "~3200 generator steps at eps=1"
+    assert 3000 < n < 3500  # conf/method/dpgan_gpate_appendix.yaml: "~3200 generator steps at eps=1"
+
+
+def test_dpgan_default_is_one_dpsgd_step_of_batch_256_per_generator_step():
+    result = main(["method=dpgan", "privacy.epsilon=1", *MNIST])
+    n, q = result["worst_case_steps"], 256 / 60_000
+    assert (result["best_case_steps"], result["dpsgd_steps_per_step"], result["sample_rate"]) == (n, 1, q)
+    assert_largest(lambda g: eps_from_rdp(rdp_subsampled_gaussian(q, 1.5, g, ORDERS), ORDERS, 1e-5)[0], n, 1.0)
+    assert 3700 < n < 3900  # conf/method/dpgan.yaml: "~3800 generator steps at eps=1"
 
 
 def test_dpcgan_plan_is_what_the_method_charges_per_step():

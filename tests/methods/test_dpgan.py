@@ -12,6 +12,7 @@ from torch import nn
 from dpgen.callbacks.privacy_budget import PrivacyBudget
 from dpgen.data.base import DPGenDataModule, TensorData
 from dpgen.methods.dpgan import DPGAN, MECHANISM
+from dpgen.nn.generator import ConditionalImageGenerator, ConditionalTableGenerator
 from dpgen.privacy.rdp import DEFAULT_ORDERS, eps_from_rdp
 
 warnings.filterwarnings("ignore")
@@ -201,3 +202,16 @@ def test_poisson_batches_have_the_sampling_rate():
     sizes = np.array([len(model.private_batch()[1]) for _ in range(300)])
     # Binomial(400, 0.08): mean 32, std 5.4; the mean of 300 batches is within 1.5 of 32 with prob > 0.999
     assert abs(sizes.mean() - 32) < 1.5 and sizes.std() > 2
+
+
+def test_conv_nets_are_gpate_nets_for_images_and_pategan_mlps_for_tables():
+    spec = dict(generator={"arch": "conv", "fc_dim": 16, "start_channels": 4, "deconv_channels": [4]},
+                discriminator={"arch": "conv", "channels": [4, 8], "hidden": 8})
+    image = DPGAN((1, 28, 28), 10, "image", **spec)
+    assert isinstance(image.net_g, ConditionalImageGenerator) and image.net_g.fc1[0].out_features == 16
+    convs = [m for m in image.net_d.modules() if isinstance(m, nn.Conv2d)]
+    assert [c.out_channels for c in convs] == [4, 8]
+    table = DPGAN((6,), 2, "table", **spec)  # the image sizes do not apply: PATE-GAN's d, d/2, d
+    assert isinstance(table.net_g, ConditionalTableGenerator)
+    hidden = [m.out_features for m in table.net_d.modules() if isinstance(m, nn.Linear)]
+    assert hidden == [6, 3, 6, 1]

@@ -15,7 +15,8 @@ def batches(n, b, shape, classes, seed):
 
 
 @pytest.mark.parametrize("shape, classes, steps, arch", [((1, 28, 28), 10, 2, {}), ((3, 64, 64), 3, 1, {}),
-                                                         ((6,), 2, 2, {}), ((1, 28, 28), 10, 2, {"pool": 2})])
+                                                         ((6,), 2, 2, {}), ((1, 28, 28), 10, 2, {"pool": 2}),
+                                                         ((1, 28, 28), 10, 2, {"channels": [], "hidden": 0})])
 def test_same_updates_and_input_grads_as_independent_modules(shape, classes, steps, arch):
     """3 teachers in chunks of 2 (one partial chunk) against 3 nn.Modules with their own torch.optim.Adam."""
     n, b = 3, 4
@@ -313,3 +314,13 @@ def test_cuda_steps_as_the_cpu_in_one_chunk():
     torch.testing.assert_close(gpu.params.fc_weight.cpu(), cpu.params.fc_weight, rtol=0, atol=1e-8)
     torch.testing.assert_close(gpu.input_grads(fake_x.cuda(), fake_y.cuda()).cpu(), cpu.input_grads(fake_x, fake_y),
                                rtol=0, atol=1e-12)
+
+
+def test_a_teacher_of_depth_one_is_logistic_regression_on_the_pixels_and_the_label():
+    # PATE-GAN's teachers (its appendix: depth 1): one linear layer on [x, one-hot y], no BatchNorm
+    ens = TeacherEnsemble(2, (1, 28, 28), 10, channels=[], hidden=0, seed=1).to(torch.float64)
+    assert ens.shapes == {"out.weight": (1, 784 + 10), "out.bias": (1,)} and ens.inert == []
+    x, y = torch.rand(5, 1, 28, 28, dtype=torch.float64), torch.randint(0, 10, (5,))
+    w, bias = ens.params.out_weight[1, 0], ens.params.out_bias[1, 0]
+    want = x.flatten(1) @ w[:784] + w[784:][y] + bias
+    torch.testing.assert_close(ens.predict_logits(x, y)[1], want, rtol=0, atol=1e-12)

@@ -31,7 +31,6 @@ from torch.nn.functional import binary_cross_entropy_with_logits as bce
 from dpgen.methods.base import PrivateGenerator
 from dpgen.methods.dpsgd_parts import (PoissonBatches, dp_optimizer, opacus_ready, private_step_with, public_term,
                                        secret_noise, trainable)
-from dpgen.nn.discriminator import ConditionalDiscriminator
 from dpgen.nn.fc import FCDiscriminator, FCGenerator
 from dpgen.privacy.cost import dpsgd_step
 from dpgen.privacy.dpsgd import noise_multiplier_of
@@ -101,15 +100,15 @@ class DPSGDGAN(PrivateGenerator):
     def build_generator(self, arch: str = "fc", **kwargs) -> nn.Module:
         if arch == "fc":
             return FCGenerator(self.shape, self.num_classes, z_dim=self.z_dim, **kwargs)
-        if arch == "conv":  # G-PATE's conditional deconvolution generator (its appendix E)
-            return super().build_generator(**kwargs)
+        if arch == "conv":  # G-PATE's conditional deconvolution generator (its appendix E); a table: PATE-GAN's MLP
+            return super().build_generator(**(kwargs if self.kind == "image" else {}))
         raise ValueError(f"unknown generator arch {arch!r} (fc or conv)")
 
     def build_discriminator(self, arch: str = "fc", **kwargs) -> nn.Module:
         if arch == "fc":
             return FCDiscriminator(self.shape, self.num_classes, **kwargs)
-        if arch == "conv":
-            return ConditionalDiscriminator(self.shape, self.num_classes, **kwargs)
+        if arch == "conv":  # the sizes are an image's; a table gets PATE-GAN's MLP (d, d/2, d)
+            return self.build_judge("leaky_relu", **(kwargs if self.kind == "image" else {}))
         raise ValueError(f"unknown discriminator arch {arch!r} (fc or conv)")
 
     # privacy

@@ -78,6 +78,9 @@ class ConditionalDiscriminator(nn.Module):
     LeakyReLU; [y], linear 1. 555,655 parameters for MNIST. BatchNorm always uses the statistics of the batch
     it is given (TF DCGAN style, no running averages), also in eval mode.
 
+    `hidden=0` (with `channels=[]`: PATE-GAN's teachers of depth 1, its appendix "Hyper-parameter Optimization"):
+    no hidden layer, the logit is linear in [x, y] (logistic regression).
+
     `pool=P` (not in the paper, a dpgen option for images): the image is first average-pooled P x P, and the
     layers above are those of the pooled size. A fixed, public map: the teacher cannot see (nor ask the
     generator to fix) detail finer than P pixels, and costs about P^2 times less.
@@ -98,9 +101,10 @@ class ConditionalDiscriminator(nn.Module):
                                         for out in self.channels[1:])
         h, w = conv_sizes(in_shape, self.channels)[-1] if self.channels else (1, 1)
         features = self.channels[-1] * h * w if self.channels else math.prod(in_shape)
-        self.fc = nn.Linear(features + num_classes, hidden)
-        self.fc_norm = nn.BatchNorm1d(hidden, eps=bn_eps, track_running_stats=False)
-        self.out = nn.Linear(hidden + num_classes, 1)
+        if hidden:
+            self.fc = nn.Linear(features + num_classes, hidden)
+            self.fc_norm = nn.BatchNorm1d(hidden, eps=bn_eps, track_running_stats=False)
+        self.out = nn.Linear((hidden or features) + num_classes, 1)
         self.reset_parameters()
 
     def biases_before_batch_norm(self) -> list[str]:
@@ -108,7 +112,7 @@ class ConditionalDiscriminator(nn.Module):
         no output depends on them, so their true gradient is zero and what Adam receives for them is rounding
         noise, turned into steps of size lr of either sign. Kept as the reference has them; comparisons of trained
         weights skip them."""
-        return [f"convs.{i}.bias" for i in range(1, len(self.convs))] + ["fc.bias"]
+        return [f"convs.{i}.bias" for i in range(1, len(self.convs))] + (["fc.bias"] if self.hidden else [])
 
     def reset_parameters(self) -> None:
         """Reference initialisation (TF DCGAN ops): conv weights truncated N(0, 0.02^2) at 2 std, linear weights
@@ -127,8 +131,9 @@ class ConditionalDiscriminator(nn.Module):
                 h = self.conv_norms[i - 1](h)
             h = F.leaky_relu(h, self.negative_slope)
         h = torch.cat([h.flatten(1), onehot], 1)
-        h = F.leaky_relu(self.fc_norm(self.fc(h)), self.negative_slope)
-        return self.out(torch.cat([h, onehot], 1)).squeeze(1)
+        if self.hidden:
+            h = torch.cat([F.leaky_relu(self.fc_norm(self.fc(h)), self.negative_slope), onehot], 1)
+        return self.out(h).squeeze(1)
 
 
 def pooled_shape(in_shape: tuple[int, ...], pool: int) -> tuple[int, ...]:

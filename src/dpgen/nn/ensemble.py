@@ -142,11 +142,11 @@ class TeacherEnsemble(nn.Module):
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.params.fc_weight.dtype
+        return self.params.out_weight.dtype
 
     @property
     def device(self) -> torch.device:
-        return self.params.fc_weight.device
+        return self.params.out_weight.device
 
     def chunk(self) -> int:
         """Teachers per chunk on the ensemble's current device."""
@@ -199,11 +199,12 @@ class TeacherEnsemble(nn.Module):
             h = F.leaky_relu(h, self.negative_slope)
         h = h.reshape(b, groups, n, -1).permute(2, 1, 0, 3).reshape(n, batch, -1)
         h = torch.cat([h, onehot], 2)  # (T, B, F + K)
-        # W @ h^T (not h @ W^T) so that autograd returns the big FC weight's gradient contiguous
-        h = torch.baddbmm(theta["fc.bias"].unsqueeze(2), theta["fc.weight"], h.transpose(1, 2)).transpose(1, 2)
-        h = self.batch_norm(h.reshape(n, groups, b, -1), 2, theta["fc_norm.weight"][:, None, None],
-                            theta["fc_norm.bias"][:, None, None]).view(n, batch, -1)
-        h = torch.cat([F.leaky_relu(h, self.negative_slope), onehot], 2)
+        if "fc.weight" in theta:  # else no hidden layer: a linear logit (ConditionalDiscriminator, hidden=0)
+            # W @ h^T (not h @ W^T) so that autograd returns the big FC weight's gradient contiguous
+            h = torch.baddbmm(theta["fc.bias"].unsqueeze(2), theta["fc.weight"], h.transpose(1, 2)).transpose(1, 2)
+            h = self.batch_norm(h.reshape(n, groups, b, -1), 2, theta["fc_norm.weight"][:, None, None],
+                                theta["fc_norm.bias"][:, None, None]).view(n, batch, -1)
+            h = torch.cat([F.leaky_relu(h, self.negative_slope), onehot], 2)
         return torch.baddbmm(theta["out.bias"].unsqueeze(1), h, theta["out.weight"].transpose(1, 2)).squeeze(2)
 
     def batch_norm(self, h: torch.Tensor, dims, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -250,7 +251,7 @@ class TeacherEnsemble(nn.Module):
 
     def widening_buffers(self) -> list[torch.Tensor]:
         """Work tensors for one chunk's moments in the parameter dtype, when they are stored in another."""
-        if self.exp_avg.fc_weight.dtype == self.dtype:
+        if self.exp_avg.out_weight.dtype == self.dtype:
             return []
         n = min(self.chunk(), self.n_teachers)
         return [torch.empty(n, *shape, dtype=self.dtype, device=self.device)
@@ -363,7 +364,7 @@ class TeacherEnsemble(nn.Module):
             return sum(t.numel() * t.element_size() for t in container.buffers())
         n = min(self.chunk(), self.n_teachers)
         per_teacher = sum(math.prod(shape) for shape in self.shapes.values())
-        widened = 0 if self.exp_avg.fc_weight.dtype == self.dtype else 2
+        widened = 0 if self.exp_avg.out_weight.dtype == self.dtype else 2
         item = torch.finfo(self.dtype).bits // 8
         working = ((2 + widened) * per_teacher + 2 * 2 * batch_size * self.activation_floats()) * n * item
         held = {"parameters": size(self.params),
@@ -381,5 +382,5 @@ class TeacherEnsemble(nn.Module):
             total += 4 * out * size[0] * size[1]
             c = out
         features = c * size[0] * size[1] if self.channels else math.prod(self.conv_shape)
-        hidden = self.shapes["fc.weight"][0]
+        hidden = self.shapes["fc.weight"][0] if "fc.weight" in self.shapes else 0
         return total + features + k + 4 * hidden + k
