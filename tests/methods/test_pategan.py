@@ -235,3 +235,17 @@ def test_config_builds_teacher_batches_and_refuses_private_data_dependent_scalin
     assert isinstance(model, PATEGAN) and model.n_teachers == 3 and model.lam == 0.2
     x, y = next(iter(dm.train_dataloader()))
     assert x.shape == (3, 20, 2)
+
+
+def test_votes_real_logs_the_share_of_released_real_labels(monkeypatch):
+    model = tiny(lam=1000.0)  # the vote is the teachers' majority: no noise to speak of
+    n = model.batch_size
+    answers = iter([torch.cat([torch.ones(TEACHERS, 4), -torch.ones(TEACHERS, n - 4)], 1)] * model.student_steps
+                   + [-torch.ones(TEACHERS, n)] * model.student_steps)  # step 1: 4 of 16 real; step 2: none
+    monkeypatch.setattr(model.ensemble, "predict_logits", lambda x, y: next(answers))
+    logged = []
+    log_dict = model.log_dict
+    model.log_dict = lambda d, **kw: (logged.append({k: float(v) for k, v in d.items()}), log_dict(d, **kw))
+    fit(model, steps=2)
+    assert [entry["votes/real"] for entry in logged] == [4 / n, 0.0]
+    assert not any(key.startswith("private/") for entry in logged for key in entry)  # a released quantity

@@ -90,8 +90,9 @@ class PATEGAN(PrivateGenerator):
             fake, fake_y = self.generated(real_x.shape[1])
         return self.ensemble.train_step(real_x, real_y, fake, fake_y)
 
-    def student_step(self) -> torch.Tensor:
-        """Algorithm 1 lines 12-21: n generated samples, labelled by the noisy vote, charged, then learned."""
+    def student_step(self) -> tuple[torch.Tensor, float]:
+        """Algorithm 1 lines 12-21: n generated samples, labelled by the noisy vote, charged, then learned.
+        Returns the student's loss and the fraction of the released labels that say "real"."""
         with torch.no_grad():
             u, y = self.generated(self.batch_size)
         release = laplace_vote_batch(self.ensemble.predict_logits(u, y), self.lam, self.orders, self.rng)
@@ -103,7 +104,7 @@ class PATEGAN(PrivateGenerator):
         opt.zero_grad()
         self.manual_backward(loss)
         opt.optimizer.step()  # the raw optimizer: global_step counts generator steps only
-        return loss.detach()
+        return loss.detach(), float(release.labels.mean())
 
     def generator_step(self) -> torch.Tensor:
         """Algorithm 1 lines 22-24, with the non-saturating form -log S(G(z)) of eq. 5's log(1 - S(G(z)))."""
@@ -125,6 +126,9 @@ class PATEGAN(PrivateGenerator):
                     self.teacher_step(x, y)
             self.warmed_up.fill_(True)
         t_loss = torch.stack([self.teacher_step(x, y) for x, y in chunks]).mean()
-        s_loss = torch.stack([self.student_step() for _ in range(self.student_steps)]).mean()
+        s_losses, real = zip(*(self.student_step() for _ in range(self.student_steps)))
         g_loss = self.generator_step()
-        self.log_losses({"loss/student": s_loss, "loss/g": g_loss}, private={"loss/teachers": t_loss})
+        # votes/real: the share of generated samples the (noisy, released) vote calls real; the student learns
+        # nothing the generator can use while it is 0 (PATE-GAN section 4.2.2)
+        self.log_losses({"loss/student": torch.stack(s_losses).mean(), "loss/g": g_loss,
+                         "votes/real": sum(real) / len(real)}, private={"loss/teachers": t_loss})
