@@ -1,5 +1,6 @@
-"""DP-CGAN (Torkzadehmahani, Kairouz & Paten 2019): a conditional GAN whose discriminator's real-data
-gradients are clipped and noised (their Sec. 3), the fake-data gradients added without noise."""
+"""DP-CGAN (Torkzadehmahani, Kairouz & Paten 2019): a conditional GAN whose discriminator's gradients on real and
+on generated samples are clipped per example apart, and noised (their reference code noises the real part only;
+the sum is the same in distribution: `fake_term=clipped`)."""
 from __future__ import annotations
 
 from dpgen.methods.dpgan import DPSGDGAN

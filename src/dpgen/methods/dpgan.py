@@ -10,8 +10,9 @@ discriminator steps (one Poisson batch each) + one generator step, so `global_st
 What is private: the real-data term of the discriminator loss, per sample, through the DPOptimizer. The
 fake-data term is a function of the current (already private) discriminator and of public noise only, so how it
 enters changes nothing of the privacy argument (`fake_term`):
-- "public": its gradient is added unclipped after Opacus has clipped and noised the real part (DP-CGAN's scheme,
-  Torkzadehmahani et al. 2019 Sec. 3).
+- "public": its gradient is added unclipped after Opacus has clipped and noised the real part. DP-CGAN's reference
+  code (Torkzadehmahani et al. 2019) does not do this: it clips each generated sample's gradient too and noises
+  only the records' sum, which is "clipped" below in distribution.
 - "clipped": each generated sample's gradient is clipped to C like each record's, in the same Opacus step (the
   noise is the same N(0, (sigma C)^2) on the sum, calibrated to the one record that can change). Under a WGAN loss
   a record's gradient does not shrink as the critic improves, so clipping only the real term scales it down

@@ -1,6 +1,6 @@
 """What DP-GAN / DP-CGAN and PATE-TripleGAN share to train one net with DP-SGD (Opacus): a net whose gradients
 Opacus can clip record by record, secret Poisson batches, and a public loss term added after the private one
-was clipped and noised (DP-CGAN's scheme, Torkzadehmahani et al. 2019 Sec. 3)."""
+was clipped and noised (`fake_term=public`, methods/dpgan.py)."""
 from __future__ import annotations
 
 from typing import Callable
