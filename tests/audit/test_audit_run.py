@@ -24,7 +24,7 @@ QUIET = ["logger=csv", "samples.every_n_steps=1000", "checkpoint_every_n_steps=1
 # 100 DP-SGD steps of DP-CGAN on MNIST at noise multiplier 2 (q = 600 / 60000): claimed eps about 0.4
 # fake_term=public: generated samples clipped into the same sum would also move the canaries' quiet coordinates
 # (grey early samples light every pixel's weights), weakening the audit; the accounting is the same either way
-DPCGAN = ["data=mnist", "method=dpcgan", "method.module.noise_multiplier=2", "method.max_steps=100",
+DPCGAN = ["data=mnist", "method=dpcgan_reference", "method.module.noise_multiplier=2", "method.max_steps=100",
           "method.module.fake_term=public"]
 
 

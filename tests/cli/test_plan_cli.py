@@ -94,6 +94,25 @@ def test_unknown_sizes_are_counted_by_loading(tmp_path):
     assert (result["batch"], result["queries_per_step"]) == (32, 320)
 
 
+def test_a_private_validation_split_is_counted_out_of_the_records(tmp_path):
+    path = tmp_path / "t.csv"
+    rows = ["a,b,label"] + [f"{i / 400},{i % 3 / 3},{i % 2}" for i in range(400)]
+    path.write_text("\n".join(rows) + "\n")
+    data = ["data=csv", f"data.path={path}", "data.label=label", "data.classes=[0,1]", "data.default_range=[0,1]"]
+    full = main(["method=dpcgan", "method.batch_size=20", "method.module.noise_multiplier=3", *data])
+    held = main(["method=dpcgan", "method.batch_size=20", "method.module.noise_multiplier=3", *data,
+                 "eval.selection=private_val", "eval.private_val.fraction=0.25"])
+    # what the training run's datamodule keeps: the records whose keyed hash is not in the held-out quarter
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=["method=dpcgan", *data, "eval.selection=private_val",
+                                           "eval.private_val.fraction=0.25"])
+    dm = build_datamodule(cfg)
+    dm.prepare_data()
+    dm.setup("fit")
+    assert full["records"] == 320 and held["records"] == len(dm.train_data) < 280  # about 240 kept
+    assert held["records_source"] == "loaded" and held["best_case_steps"] < full["best_case_steps"]
+
+
 def test_a_method_without_planner_is_a_clear_error():
     with pytest.raises(ValueError, match="no privacy planner for method=gan") as err:
         main(["method=gan"])
@@ -122,7 +141,7 @@ def test_dpgan_default_is_one_dpsgd_step_of_batch_256_per_generator_step():
 
 
 def test_dpcgan_plan_is_what_the_method_charges_per_step():
-    overrides = ["method=dpcgan", "method.module.noise_multiplier=2", "privacy.epsilon=1", *MNIST]
+    overrides = ["method=dpcgan_reference", "method.module.noise_multiplier=2", "privacy.epsilon=1", *MNIST]
     n = main(overrides)["worst_case_steps"]
     assert_largest(lambda g: eps_from_rdp(rdp_subsampled_gaussian(0.01, 2.0, g, ORDERS), ORDERS, 1e-5)[0], n, 1.0)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
@@ -133,8 +152,8 @@ def test_dpcgan_plan_is_what_the_method_charges_per_step():
     step = model.step_cost().worst["data_independent"]  # what training_step records and PrivacyBudget checks
     assert_largest(lambda g: eps_from_rdp(g * step, ORDERS, 1e-5)[0], n, 1.0)
     # the reference sigma 1.12 (C = 1.1): one step costs eps = 1.06 > 1 under the classical conversion
-    assert main(["method=dpcgan", "privacy.epsilon=1", *MNIST])["best_case_steps"] == 0
-    assert main(["method=dpcgan", *MNIST])["best_case_steps"] == 24_413  # hence its default budget eps = 10
+    assert main(["method=dpcgan_reference", "privacy.epsilon=1", *MNIST])["best_case_steps"] == 0
+    assert main(["method=dpcgan_reference", *MNIST])["best_case_steps"] == 24_413  # hence its default budget eps = 10
 
 
 def test_dpmerf_plan_is_the_release_its_run_makes_and_free_steps(capsys):
@@ -208,7 +227,7 @@ def test_pate_triplegan_plans_votes_and_dpsgd_as_the_method_charges_them():
 
 def test_pld_plans_dpsgd_and_pate_triplegan_as_their_ledgers_compose_them():
     # DP-CGAN's reference sigma 1.12 at eps = 1: no step under RDP (above), a run under the PLD conversion
-    n = main(["method=dpcgan", "privacy.epsilon=1", "privacy.conversion=pld", *MNIST])["worst_case_steps"]
+    n = main(["method=dpcgan_reference", "privacy.epsilon=1", "privacy.conversion=pld", *MNIST])["worst_case_steps"]
     assert_largest(lambda g: pld.epsilon_pld([(pld.dpsgd_event(0.01, 1.12), g)], 1e-5), n, 1.0)
     assert n > 100
     # PATE-TripleGAN's paper settings at eps = 10: far more steps than the 9 under RDP

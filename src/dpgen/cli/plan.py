@@ -18,7 +18,7 @@ from dpgen.aggregation import dpgradagg, hybrid, mean_embedding, pate_vote
 from dpgen.aggregation.dpgradagg import DPGradAggParams
 from dpgen.aggregation.gradient_sanitizer import SanitizerParams
 from dpgen.aggregation.hybrid import HybridParams
-from dpgen.cli.common import CONF_DIR, USER_ERRORS, check_config, console, fail
+from dpgen.cli.common import CONF_DIR, USER_ERRORS, check_config, console, fail, private_val_share
 from dpgen.cli.train import build_datamodule
 from dpgen.privacy.cost import StepCost, dpsgd_step
 from dpgen.privacy.dpsgd import noise_multiplier_of
@@ -34,7 +34,7 @@ USAGE = """usage: python -m dpgen.cli.plan [override ...]
 How many training steps fit the privacy budget, read from the same configs and overrides as train.py, without
 training. For example:
   python -m dpgen.cli.plan experiment=gpate_mnist_eps1
-  python -m dpgen.cli.plan method=dpcgan data=fashion_mnist privacy.epsilon=1 method.module.noise_multiplier=4
+  python -m dpgen.cli.plan method=dpcgan_reference data=fashion_mnist privacy.epsilon=1 method.module.noise_multiplier=4
 It prints the cost of one step and the number of steps the budget buys in the best and the worst case."""
 GENERATOR_STEPS = "generator steps (global_step)"
 
@@ -56,7 +56,8 @@ def known_train_size(data: DictConfig) -> int | None:
 def data_facts(cfg: DictConfig) -> dict:
     """Record shape and training records (and where the count came from)."""
     dm = build_datamodule(cfg)  # constructing reads no data
-    n, source = known_train_size(cfg.data), "known size"
+    # a private validation split holds out a record-dependent share: only counting the records gives its N
+    n, source = (None, None) if private_val_share(cfg) else (known_train_size(cfg.data), "known size")
     if n is None:
         dm.prepare_data()
         dm.setup("fit")
