@@ -2,7 +2,8 @@
 `python train.py method=gswgan` builds them (conf/method/gswgan.yaml: 1000 critics of model_dim 64 in chunks of 50,
 batches of 32 MNIST-sized records), in seconds, per critic, and as achieved GFLOP/s beside this process's fp32 matmul
 peak (benchmarks/rates.py); then what the reference's warm start, 1000 critics x 2000 iterations x 5 critic steps,
-takes at that rate, and the same for the CPU-sized variant (`critics.model_dim=16`, 100 critics).
+takes at that rate, and the same for the CPU-sized variant (`critics.model_dim=16`, 100 critics). Where a GPU is
+present, the same on it, with the configured chunk and with chunks of 200 critics (the GPU's matmul peak beside).
 
     python -m benchmarks gswgan [--quick]    # --quick: fewer repeats
 
@@ -30,39 +31,47 @@ def configured(*overrides: str):
     return train_config("method=gswgan", *overrides).method
 
 
-def chunk_step(method) -> tuple[CriticEnsemble, callable, callable]:
-    """One chunk of the configured critics, a function taking one WGAN-GP step of the chunk on random records, and
-    one computing the loss and gradients of its first critic alone (the useful work of one critic step)."""
+def chunk_step(method, device: str = "cpu", chunk: int | None = None) -> tuple[CriticEnsemble, callable, callable]:
+    """One chunk of the configured critics (or of `chunk` critics) on `device`, a function taking one WGAN-GP step
+    of the chunk on random records, and one computing the loss and gradients of its first critic alone on the CPU
+    (the useful work of one critic step)."""
     critics = dict(method.module.critics)
-    chunk = critics.pop("chunk_size")
+    chunk = chunk or critics.pop("chunk_size")
+    critics.pop("chunk_size", None)
     ensemble = CriticEnsemble(chunk, SHAPE, CLASSES, chunk_size=chunk, **critics)
     g = torch.Generator().manual_seed(0)
     b = method.batch_size
     real, fake = torch.rand(chunk, b, *SHAPE, generator=g), torch.rand(chunk, b, *SHAPE, generator=g)
     labels = torch.randint(0, CLASSES, (chunk, b), generator=g)
     alpha = torch.rand(b, *(1,) * len(SHAPE), generator=g)
-    one = {name: value[0] for name, value in ensemble.stacked(ensemble.params, 0, 1).items()}
-    return (ensemble, lambda: ensemble.train_step(0, chunk, real, labels, fake, g),
+    one = {name: value[0].clone() for name, value in ensemble.stacked(ensemble.params, 0, 1).items()}
+    on = [t.to(device) for t in (real, labels, fake)]
+    ensemble.to(device)
+    return (ensemble, lambda: ensemble.train_step(0, chunk, *on, g),
             lambda: torch.func.grad_and_value(ensemble.loss)(one, real[0], labels[0], fake[0], alpha))
 
 
 def main(quick: bool = False) -> None:
     repeats = 1 if quick else 3
-    peak = matmul_gflops(torch.float32, repeats=5)
-    print(f"threads: {torch.get_num_threads()}; load average {os.getloadavg()[0]:.1f}; fp32 matmul peak of this "
-          f"process {peak:.0f} GFLOP/s (torch.mm 2048 x 2048, best of 5)\n", flush=True)
-    print("| critics | chunk | s per chunk step | ms per critic step | GFLOP per critic step | "
-          "achieved GFLOP/s | achieved / fp32 matmul | warm start (n critics x iterations x critic steps) |\n"
-          "|---|---:|---:|---:|---:|---:|---:|---|")
-    for name, overrides in VARIANTS.items():
-        method = configured(*overrides)
-        ensemble, step, single = chunk_step(method)
-        flop = flop_count(single)
-        seconds = best_seconds(step, repeats)
-        per_critic = seconds / ensemble.n
-        n, pre = method.module.n_discriminators, method.module.pretrain
-        total = n * pre.steps * pre.critic_steps * per_critic
-        print(f"| {name} | {ensemble.n} | {seconds:.3f} | {1e3 * per_critic:.2f} | {flop / GIGA:.3f} | "
-              f"{flop / per_critic / GIGA:.1f} | {flop / per_critic / GIGA / peak:.2f} | {n} x {pre.steps} x "
-              f"{pre.critic_steps}: {total / 3600:.1f} h |", flush=True)
-    print(flush=True)
+    for device in ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",):
+        peak = matmul_gflops(torch.float32, repeats=5, device=device)
+        where = (f"threads: {torch.get_num_threads()}; load average {os.getloadavg()[0]:.1f}" if device == "cpu"
+                 else f"GPU: {torch.cuda.get_device_name()}")
+        print(f"{where}; fp32 matmul peak of this process {peak:.0f} GFLOP/s (torch.mm 2048 x 2048, best of 5)\n"
+              "\n| critics | chunk | s per chunk step | ms per critic step | GFLOP per critic step | achieved GFLOP/s | "
+              "achieved / fp32 matmul | warm start (n critics x iterations x critic steps) |\n"
+              "|---|---:|---:|---:|---:|---:|---:|---|", flush=True)
+        for name, overrides in VARIANTS.items():
+            method = configured(*overrides)
+            for chunk in (None, 200) if device == "cuda" else (None,):
+                ensemble, step, single = chunk_step(method, device, chunk)
+                flop = flop_count(single)
+                seconds = best_seconds(step, repeats, device)
+                per_critic = seconds / ensemble.n
+                n, pre = method.module.n_discriminators, method.module.pretrain
+                total = n * pre.steps * pre.critic_steps * per_critic
+                print(f"| {name} | {ensemble.n} | {seconds:.3f} | {1e3 * per_critic:.2f} | {flop / GIGA:.3f} | "
+                      f"{flop / per_critic / GIGA:.1f} | {flop / per_critic / GIGA / peak:.2f} | {n} x {pre.steps} x "
+                      f"{pre.critic_steps}: {total / 3600:.1f} h |", flush=True)
+                del ensemble, step
+        print(flush=True)
