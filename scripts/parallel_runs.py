@@ -5,7 +5,9 @@ one summary line per run.
 
 RUNS_FILE: one run per line, `name override override ...`; blank lines and lines starting with # are skipped.
 Each run writes to OUT_DIR/<name> (its log to OUT_DIR/<name>.log); OUT_DIR/summary.json holds each run's command,
-exit status, wall time and headline metrics (downstream accuracy under each protocol, IS, FID, epsilon)."""
+exit status, wall time and headline metrics (downstream accuracy under each protocol, IS, FID, epsilon).
+Started again on the same OUT_DIR (e.g. in a later session), it skips the runs that finished (their metrics.json is
+there) and resumes those that left a checkpoint (`resume=OUT_DIR/<name>/checkpoints/last.ckpt`, the log appended)."""
 from __future__ import annotations
 
 import argparse
@@ -29,6 +31,17 @@ def read_runs(path: Path) -> list[tuple[str, list[str]]]:
     if len(set(names)) != len(names):
         raise SystemExit(f"error: run names repeat in {path}: {names}")
     return runs
+
+
+def pending_runs(runs: list[tuple[str, list[str]]], out: Path) -> list[tuple[str, list[str]]]:
+    """The runs still to do in `out`, each with its overrides and, where it left a checkpoint, `resume=` it; those
+    that finished (their metrics.json is there) are left out."""
+    left = []
+    for name, overrides in runs:
+        if not (out / name / "metrics.json").is_file():
+            checkpoint = out / name / "checkpoints" / "last.ckpt"
+            left.append((name, [*overrides, *([f"resume={checkpoint}"] if checkpoint.is_file() else [])]))
+    return left
 
 
 def headline(run_dir: Path) -> dict:
@@ -57,13 +70,18 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONUNBUFFERED": "1"}
-    pending, running, done = read_runs(args.runs), [], {}
+    summary = args.out / "summary.json"
+    done = json.loads(summary.read_text()) if summary.is_file() else {}
+    runs = read_runs(args.runs)
+    pending, running = pending_runs(runs, args.out), []
+    for name in sorted({n for n, _ in runs} - {n for n, _ in pending}):
+        print(f"finished before: {name}", flush=True)
     while pending or running:
         while pending and len(running) < args.parallel:
             name, overrides = pending.pop(0)
             command = [sys.executable, str(ROOT / "train.py"), *overrides, *args.extra,
                        f"hydra.run.dir={args.out / name}"]
-            log = open(args.out / f"{name}.log", "w")
+            log = open(args.out / f"{name}.log", "a" if overrides[-1].startswith("resume=") else "w")
             running.append((name, command, time.time(), log, subprocess.Popen(command, stdout=log,
                                                                               stderr=subprocess.STDOUT, env=env)))
             print(f"started {name}: {' '.join(command[1:])}", flush=True)
@@ -75,7 +93,7 @@ def main() -> None:
             done[name] = {"command": " ".join(["python", "train.py", *command[2:]]), "returncode": proc.returncode,
                           "seconds": round(time.time() - start, 1), **headline(args.out / name)}
             print(f"done {name}: {json.dumps(done[name])}", flush=True)
-            (args.out / "summary.json").write_text(json.dumps(done, indent=2) + "\n")
+            summary.write_text(json.dumps(done, indent=2) + "\n")
 
 
 if __name__ == "__main__":

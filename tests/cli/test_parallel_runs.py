@@ -34,3 +34,14 @@ def test_the_summary_keeps_all_three_accuracies_and_none_for_what_a_run_lacks(tm
     line = parallel_runs.headline(tmp_path)
     assert line["synthetic_accuracy"] == 0.5 and line["private_val_accuracy"] is None and line["FID"] is None
     assert parallel_runs.headline(tmp_path / "unfinished") == {}
+
+
+def test_a_second_start_skips_finished_runs_and_resumes_checkpointed_ones(tmp_path):
+    runs = [("done", ["method=dpgan"]), ("cut", ["method=dpgan", "data=mnist"]), ("fresh", ["method=dpcgan"])]
+    (tmp_path / "done").mkdir()
+    (tmp_path / "done" / "metrics.json").write_text("{}")
+    (tmp_path / "cut" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "cut" / "checkpoints" / "last.ckpt").write_bytes(b"")
+    assert parallel_runs.pending_runs(runs, tmp_path) == [
+        ("cut", ["method=dpgan", "data=mnist", f"resume={tmp_path / 'cut' / 'checkpoints' / 'last.ckpt'}"]),
+        ("fresh", ["method=dpcgan"])]
