@@ -194,20 +194,21 @@ def comparison_table(spec_path: Path) -> str:
     """The papers' table shape: one row per method, one column per (data, epsilon) of `spec_path`'s `columns`;
     each cell the accuracies of the run its `cells` names (a folder beside `spec_path`), epoch chosen on the
     synthetic hold-out / the private validation split / the real test set, then what the paper reports
-    (`paper`). A run the spec names must exist; a cell it leaves out reads "not run"."""
+    (`paper`). A run the spec names must exist; a cell it leaves out reads "not run", or its `notes` entry (why no
+    run stands there, e.g. what the planner says the budget buys)."""
     spec = OmegaConf.to_container(OmegaConf.load(spec_path))
     columns = [(data, eps) for data, budgets in spec["columns"].items() for eps in budgets]
     head = ["method", *(f"{data}, eps = {eps:g}" for data, eps in columns)]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * len(columns)]
     for method in spec["methods"]:
-        cells, paper = method.get("cells") or {}, method.get("paper") or {}
+        cells, paper, notes = (method.get(part) or {} for part in ("cells", "paper", "notes"))
         out = []
         for data, eps in columns:
             key = f"{data}_{eps:g}"
             run_name = cells.get(key, cells.get(data))  # a non-private method: one run per dataset
             reported = paper.get(key, paper.get(data))
             if run_name is None:
-                cell = "not run"
+                cell = notes.get(key, notes.get(data, "not run"))
             else:
                 run = spec_path.parent / run_name
                 if not (run / "metrics.json").is_file():
