@@ -209,12 +209,14 @@ def ledger_after(steps, answered, accounting="rdp", ledger=None):
 
 def test_pate_triplegan_plans_votes_and_dpsgd_as_the_method_charges_them():
     # the paper's DP-SGD noise 0.4 under RDP: a single step costs eps > 6; eps = 10 buys a few steps
-    result = main(["method=pate_triplegan", "privacy.epsilon=10", *MNIST])
+    classical = ["privacy.conversion=classical", "method.module.vote_charge=answered"]
+    result = main(["method=pate_triplegan", "privacy.epsilon=10", *classical, *MNIST])
     assert (result["queries_per_step"], result["dpsgd_steps_per_step"]) == (128, 1)
-    assert main(["method=pate_triplegan", *MNIST])["best_case_steps"] == 0
+    assert main(["method=pate_triplegan", "privacy.epsilon=1", *classical, *MNIST])["best_case_steps"] == 0
     for answered, n in [(True, result["worst_case_steps"]), (False, result["best_case_steps"])]:
         assert_largest(lambda g: ledger_after(g, answered).epsilon(1e-5)[0], n, 10.0)
-    clt = main(["method=pate_triplegan", "method.module.accounting=clt", "privacy.conversion=gdp", *MNIST])
+    clt = main(["method=pate_triplegan", "method.module.accounting=clt", "privacy.conversion=gdp", "privacy.epsilon=1",
+                "method.module.vote_charge=answered", *MNIST])
     for answered, n in [(True, clt["worst_case_steps"]), (False, clt["best_case_steps"])]:
         assert_largest(lambda g: ledger_after(g, answered, "clt").epsilon(1e-5, conversion="gdp")[0], n, 1.0)
     assert 0 < clt["worst_case_steps"] < clt["best_case_steps"]
@@ -231,13 +233,18 @@ def test_pld_plans_dpsgd_and_pate_triplegan_as_their_ledgers_compose_them():
     assert_largest(lambda g: pld.epsilon_pld([(pld.dpsgd_event(0.01, 1.12), g)], 1e-5), n, 1.0)
     assert n > 100
     # PATE-TripleGAN's paper settings at eps = 10: far more steps than the 9 under RDP
-    result = main(["method=pate_triplegan", "privacy.epsilon=10", "privacy.conversion=pld", *MNIST])
+    answered_only = ["method.module.vote_charge=answered"]
+    result = main(["method=pate_triplegan", "privacy.epsilon=10", "privacy.conversion=pld", *answered_only, *MNIST])
     for answered, n in [(True, result["worst_case_steps"]), (False, result["best_case_steps"])]:
         ledger = ledger_after(n, answered)
         assert ledger.epsilon(1e-5, conversion="pld")[0] <= 10.0
         assert ledger_after(1, answered, ledger=ledger).epsilon(1e-5, conversion="pld")[0] > 10.0
-    rdp = main(["method=pate_triplegan", "privacy.epsilon=10", *MNIST])
+    rdp = main(["method=pate_triplegan", "privacy.epsilon=10", "privacy.conversion=classical", *answered_only,
+                *MNIST])
     assert result["worst_case_steps"] > 10 * rdp["worst_case_steps"]
+    # the method's default: eps = 10 under PLD, every query charged as answered: the worst case, whatever the votes
+    default = main(["method=pate_triplegan", *MNIST])
+    assert default["best_case_steps"] == default["worst_case_steps"] == result["worst_case_steps"]
     with pytest.raises(ValueError, match="accounting=rdp"):
         main(["method=pate_triplegan", "method.module.accounting=clt", "privacy.conversion=pld", *MNIST])
     with pytest.raises(ValueError, match="conversion=pld"):

@@ -109,6 +109,20 @@ def test_every_query_and_every_dpsgd_step_is_charged(monkeypatch):
     assert mech[hybrid.DPSGD]["params"] == [{"sample_rate": BATCH / RECORDS, "noise_multiplier": 0.4}]
 
 
+def test_vote_charge_every_charges_each_query_as_answered_and_plans_no_best_case():
+    release = hybrid.VoteRelease(np.zeros((10, 2)), np.arange(10) < 4, np.ones(10))
+    for charge, charged in [("answered", 4), ("every", 10)]:
+        p = hybrid.HybridParams(sigma1=20.0, sigma2=10.0, vote_charge=charge)
+        model = tiny(vote_charge=charge)
+        hybrid.record(model.ledger, p, release, 0.04)
+        assert model.ledger.summary(1e-5)["mechanisms"][hybrid.VOTE]["count"] == charged
+        cost = hybrid.step_cost(p, 10, 1, 0.04, DEFAULT_ORDERS)
+        assert (cost.best["gdp_mu"] == cost.worst["gdp_mu"]) == (charge == "every")
+        assert cost.worst["gdp_mu"] == pytest.approx(math.sqrt(10 / 400 + 10 * 2 / 100))  # 10 checks, 10 votes
+    with pytest.raises(ValueError, match="vote_charge"):
+        hybrid.HybridParams(vote_charge="some")
+
+
 def gdp_epsilon(mu, delta):
     """Dong et al. 2022 Cor. 2.13: delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2), solved for eps."""
     return brentq(lambda e: norm.cdf(-e / mu + mu / 2) - math.exp(e) * norm.cdf(-e / mu - mu / 2) - delta, 0, 200)

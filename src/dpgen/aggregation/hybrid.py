@@ -29,18 +29,24 @@ from dpgen.privacy.pld import dpsgd_event
 
 THRESHOLD, VOTE, DPSGD = "gnmax_threshold", "gnmax_vote", "dpsgd_classifier_pairs"
 ACCOUNTING = ("rdp", "clt")
+# Which GNMax releases are charged: "answered" (the paper: a query that fails the threshold check releases no label,
+# so the number charged is an outcome of the checks, covered by GDP's fully adaptive composition) or "every" (each
+# query charged its GNMax as if answered: a fixed sequence of releases, sound under any conversion, PLD included)
+VOTE_CHARGES = ("answered", "every")
 
 
 @dataclass(frozen=True)
 class HybridParams:
     """sigma1 / sigma2: threshold and GNMax noise (vote counts); threshold: a fraction of the teachers;
-    noise_multiplier: DP-SGD noise std over the clip norm; accounting of the DP-SGD part: "rdp" or "clt"."""
+    noise_multiplier: DP-SGD noise std over the clip norm; accounting of the DP-SGD part: "rdp" or "clt";
+    vote_charge: which GNMax releases are charged (VOTE_CHARGES)."""
 
     sigma1: float = 300.0
     sigma2: float = 300.0
     threshold: float = 0.5
     noise_multiplier: float = 0.4
     accounting: str = "rdp"
+    vote_charge: str = "answered"
 
     def __post_init__(self):
         DPGradAggParams(sigma1=self.sigma1, sigma2=self.sigma2, threshold=self.threshold)  # same checks
@@ -48,6 +54,8 @@ class HybridParams:
             raise ValueError(f"noise_multiplier must be > 0, got {self.noise_multiplier}")
         if self.accounting not in ACCOUNTING:
             raise ValueError(f"accounting must be one of {ACCOUNTING}, got {self.accounting!r}")
+        if self.vote_charge not in VOTE_CHARGES:
+            raise ValueError(f"vote_charge must be one of {VOTE_CHARGES}, got {self.vote_charge!r}")
 
     @property
     def mu_threshold(self) -> float:
@@ -89,9 +97,11 @@ def dpsgd_cost(p: HybridParams, sample_rate: float, orders):
 
 
 def record(ledger, p: HybridParams, release: VoteRelease, sample_rate: float) -> None:
-    """Charge one student step: every threshold check, every answered GNMax, one DP-SGD step."""
+    """Charge one student step: every threshold check, every answered GNMax (or every query's, `vote_charge`), one
+    DP-SGD step."""
+    charged = len(release.answered) if p.vote_charge == "every" else int(release.answered.sum())
     ledger.record_gdp(THRESHOLD, p.mu_threshold, count=len(release.answered), params={"sigma1": p.sigma1})
-    ledger.record_gdp(VOTE, p.mu_vote, count=int(release.answered.sum()), params={"sigma2": p.sigma2})
+    ledger.record_gdp(VOTE, p.mu_vote, count=charged, params={"sigma2": p.sigma2})
     channel, cost = dpsgd_cost(p, sample_rate, ledger.orders)
     params = {"sample_rate": sample_rate, "noise_multiplier": p.noise_multiplier}
     if channel == "gdp":
@@ -103,7 +113,8 @@ def record(ledger, p: HybridParams, release: VoteRelease, sample_rate: float) ->
 
 def step_cost(p: HybridParams, queries: int, student_steps: int, sample_rate: float, orders) -> StepCost:
     """One PATE-TripleGAN iteration: `queries` threshold checks, a GNMax vote for each answered one, and
-    `student_steps` DP-SGD steps (section 4.3). Worst: every query answered; best: none. All data-independent."""
+    `student_steps` DP-SGD steps (section 4.3). Worst: every query answered; best: none (with vote_charge="every",
+    every query is charged as answered either way). All data-independent."""
     orders = np.asarray(orders, dtype=float)
     channel, cost = dpsgd_cost(p, sample_rate, orders)
 
@@ -114,5 +125,6 @@ def step_cost(p: HybridParams, queries: int, student_steps: int, sample_rate: fl
         return {"gdp_mu": math.sqrt(mu_sq), "data_independent": student_steps * cost}
 
     events = ((dpsgd_event(sample_rate, p.noise_multiplier), student_steps),) if channel == "rdp" else ()
-    return StepCost(answering(queries), orders, best=answering(0), aliases=NO_DATA_DEPENDENT_BOUND,
+    best = answering(queries if p.vote_charge == "every" else 0)
+    return StepCost(answering(queries), orders, best=best, aliases=NO_DATA_DEPENDENT_BOUND,
                     pld_events=events)

@@ -127,7 +127,8 @@ def plan_pate_triplegan(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
     if cfg.privacy.conversion == "pld" and module.accounting != "rdp":
         raise ValueError("privacy.conversion=pld needs method.module.accounting=rdp (a central-limit mu is not "
                          "a privacy loss distribution)")
-    hp = HybridParams(module.sigma1, module.sigma2, module.threshold, module.noise_multiplier, module.accounting)
+    hp = HybridParams(module.sigma1, module.sigma2, module.threshold, module.noise_multiplier, module.accounting,
+                      module.get("vote_charge", "answered"))
     q = min(1.0, module.batch_size / facts["records"])
     queries = module.student_steps * module.batch_size
     return hybrid.step_cost(hp, queries, module.student_steps, q, DEFAULT_ORDERS), {
@@ -135,7 +136,8 @@ def plan_pate_triplegan(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
         "batch_size": module.batch_size, "queries_per_step": queries, "sigma1": hp.sigma1, "sigma2": hp.sigma2,
         "threshold": hp.threshold, "sample_rate": q, "noise_multiplier": hp.noise_multiplier,
         "dpsgd_steps_per_step": module.student_steps, "accounting": hp.accounting,
-        "best_case": "no query answered", "worst_case": "every query answered"}
+        "best_case": "every query charged" if hp.vote_charge == "every" else "no query answered",
+        "worst_case": "every query answered"}
 
 
 def plan_dpmerf(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:

@@ -48,7 +48,8 @@ from dpgen.privacy.rdp import DEFAULT_ORDERS
 class PATETripleGAN(PrivateGenerator):
     """percent: labelled fraction; alpha: Triple-GAN's weight of classifier pairs in the student's loss;
     sigma1 / sigma2 / threshold: Confident-GNMax; noise_multiplier / max_grad_norm: DP-SGD on classifier
-    pairs; accounting: "rdp" (a bound) or "clt" (the paper's asymptotic mu) for the DP-SGD part."""
+    pairs; accounting: "rdp" (a bound) or "clt" (the paper's asymptotic mu) for the DP-SGD part; vote_charge:
+    "answered" (the paper) or "every" query's GNMax charged (hybrid.VOTE_CHARGES)."""
 
     neighbouring = "add_remove"
 
@@ -58,6 +59,7 @@ class PATETripleGAN(PrivateGenerator):
                  batch_size: int = 128, teacher_steps: int = 3, student_steps: int = 1, alpha: float = 0.5,
                  sigma1: float = 300.0, sigma2: float = 300.0, threshold: float = 0.5,
                  noise_multiplier: float = 0.4, max_grad_norm: float = 1.0, accounting: str = "rdp",
+                 vote_charge: str = "answered",
                  z_dim: int = 100, lr: float = 2e-4, beta1: float = 0.5, generator: dict | None = None,
                  student: dict | None = None, classifier: dict | None = None, teachers: dict | None = None,
                  class_probs=None, seed: int = 0):
@@ -69,7 +71,7 @@ class PATETripleGAN(PrivateGenerator):
         self.n_teachers, self.percent = int(n_teachers), float(percent)
         self.batch_size, self.teacher_steps, self.student_steps = int(batch_size), int(teacher_steps), int(student_steps)
         self.alpha, self.max_grad_norm, self.lr, self.beta1 = float(alpha), float(max_grad_norm), lr, beta1
-        self.hybrid = hybrid.HybridParams(sigma1, sigma2, threshold, noise_multiplier, accounting)
+        self.hybrid = hybrid.HybridParams(sigma1, sigma2, threshold, noise_multiplier, accounting, vote_charge)
         self.student = GradSampleModule(opacus_ready(self.build_judge("leaky_relu", **(student or {}))),
                                         loss_reduction="sum")
         self.classifier = self.build_classifier(**(classifier or {}))
