@@ -36,8 +36,8 @@ def chunk_step(method, device: str = "cpu", chunk: int | None = None) -> tuple[C
     of the chunk on random records, and one computing the loss and gradients of its first critic alone on the CPU
     (the useful work of one critic step)."""
     critics = dict(method.module.critics)
-    chunk = chunk or critics.pop("chunk_size")
-    critics.pop("chunk_size", None)
+    chunk = chunk or critics["chunk_size"]
+    del critics["chunk_size"]
     ensemble = CriticEnsemble(chunk, SHAPE, CLASSES, chunk_size=chunk, **critics)
     g = torch.Generator().manual_seed(0)
     b = method.batch_size

@@ -57,6 +57,10 @@ class HybridParams:
         if self.vote_charge not in VOTE_CHARGES:
             raise ValueError(f"vote_charge must be one of {VOTE_CHARGES}, got {self.vote_charge!r}")
 
+    def votes_charged(self, answered: int, queries: int) -> int:
+        """GNMax releases charged for `queries` checks of which `answered` passed (`vote_charge`)."""
+        return queries if self.vote_charge == "every" else answered
+
     @property
     def mu_threshold(self) -> float:
         return mu_gaussian(1.0, self.sigma1)
@@ -99,8 +103,8 @@ def dpsgd_cost(p: HybridParams, sample_rate: float, orders):
 def record(ledger, p: HybridParams, release: VoteRelease, sample_rate: float) -> None:
     """Charge one student step: every threshold check, every answered GNMax (or every query's, `vote_charge`), one
     DP-SGD step."""
-    charged = len(release.answered) if p.vote_charge == "every" else int(release.answered.sum())
     ledger.record_gdp(THRESHOLD, p.mu_threshold, count=len(release.answered), params={"sigma1": p.sigma1})
+    charged = p.votes_charged(int(release.answered.sum()), len(release.answered))
     ledger.record_gdp(VOTE, p.mu_vote, count=charged, params={"sigma2": p.sigma2})
     channel, cost = dpsgd_cost(p, sample_rate, ledger.orders)
     params = {"sample_rate": sample_rate, "noise_multiplier": p.noise_multiplier}
@@ -125,6 +129,5 @@ def step_cost(p: HybridParams, queries: int, student_steps: int, sample_rate: fl
         return {"gdp_mu": math.sqrt(mu_sq), "data_independent": student_steps * cost}
 
     events = ((dpsgd_event(sample_rate, p.noise_multiplier), student_steps),) if channel == "rdp" else ()
-    best = answering(queries if p.vote_charge == "every" else 0)
-    return StepCost(answering(queries), orders, best=best, aliases=NO_DATA_DEPENDENT_BOUND,
+    return StepCost(answering(queries), orders, best=answering(p.votes_charged(0, queries)), aliases=NO_DATA_DEPENDENT_BOUND,
                     pld_events=events)

@@ -128,7 +128,7 @@ def plan_pate_triplegan(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
         raise ValueError("privacy.conversion=pld needs method.module.accounting=rdp (a central-limit mu is not "
                          "a privacy loss distribution)")
     hp = HybridParams(module.sigma1, module.sigma2, module.threshold, module.noise_multiplier, module.accounting,
-                      module.get("vote_charge", "answered"))
+                      module.vote_charge)
     q = min(1.0, module.batch_size / facts["records"])
     queries = module.student_steps * module.batch_size
     return hybrid.step_cost(hp, queries, module.student_steps, q, DEFAULT_ORDERS), {
