@@ -214,3 +214,58 @@ def test_student_is_opacus_ready_and_the_partition_count_is_checked():
         trainer = pl.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                              enable_model_summary=False)
         trainer.fit(model, datamodule=Toy(batch_size=2 * BATCH, n_teachers=TEACHERS))
+
+
+def per_pair_gradient(model, pairs) -> list[torch.Tensor]:
+    """The student's gradient summed pair by pair on a plain copy: (weight, x, y, target, clipped) terms, each
+    clipped to C where asked (Opacus' factor)."""
+    net, c = model.student._module, model.max_grad_norm
+    total = [torch.zeros_like(p) for p in net.parameters()]
+    for weight, x, y, target, clipped in pairs:
+        loss = weight * torch.nn.functional.binary_cross_entropy_with_logits(net(x[None], y[None]).view(-1),
+                                                                              target.view(1))
+        grads = torch.autograd.grad(loss, list(net.parameters()))
+        norm = torch.sqrt(sum(g.pow(2).sum() for g in grads)).item()
+        scale = min(1.0, c / (norm + 1e-6)) if clipped else 1.0
+        total = [t + scale * g for t, g in zip(total, grads)]
+    return total
+
+
+@pytest.mark.parametrize("gen_pairs", ["clipped", "public"])
+def test_the_student_step_clips_what_gen_pairs_says_and_nothing_else(monkeypatch, gen_pairs):
+    torch.manual_seed(0)
+    model = tiny(gen_pairs=gen_pairs, max_grad_norm=0.05)
+    fit(model, 1)
+    model.dp_optimizer.noise_multiplier = 0.0  # the update itself is under test, not the noise
+    u, uy = model.generated(BATCH)
+    u, uy = u.detach(), uy.detach()
+    model.generated = lambda n: (u, uy)
+    answered = np.arange(BATCH) % 3 != 0  # a fixed release: a third unanswered, labels alternate
+    labels = (np.arange(BATCH) % 2).astype(float)
+    monkeypatch.setattr(hybrid, "noisy_vote", lambda *a: hybrid.VoteRelease(np.zeros((BATCH, 2)), answered, labels))
+    x, y = Toy().load()[0][:20]
+    labelled = torch.arange(20) % 2 == 0
+    model.private_batch = lambda: (x, y, labelled)
+    seen = []
+    model.dp_optimizer.original_optimizer.step = lambda *a, **k: seen.append(
+        [p.grad.detach().clone() for p in model.student.parameters()])
+    model.student_step()
+    with torch.no_grad():
+        yc = model.classifier(x).argmax(1)
+    real = (labelled & (yc == y)).float()
+    records = per_pair_gradient(model, [(model.alpha, xi, yi, ti, True) for xi, yi, ti in zip(x, yc, real)])
+    keep = torch.as_tensor(answered)
+    targets = torch.as_tensor(labels, dtype=torch.float32)[keep]
+    generated = per_pair_gradient(model, [(1 - model.alpha, ui, yi, ti, gen_pairs == "clipped")
+                                          for ui, yi, ti in zip(u[keep], uy[keep], targets)])
+    # clipped: one Opacus sum over the expected batch; public: the records' part so, plus the answered pairs' mean
+    divisor = BATCH if gen_pairs == "clipped" else int(keep.sum())
+    expected = [r / BATCH + g / divisor for r, g in zip(records, generated)]
+    for got, want in zip(seen[0], expected):
+        assert torch.allclose(got, want, atol=1e-6), (got - want).abs().max()
+    # with C this small every clipped term has norm C: unclipped, the generator pairs' part is far larger
+    unclipped = per_pair_gradient(model, [(1 - model.alpha, ui, yi, ti, False)
+                                          for ui, yi, ti in zip(u[keep], uy[keep], targets)])
+    assert (sum(g.norm() ** 2 for g in unclipped) ** 0.5).item() > 10 * 0.05 * int(keep.sum()) / BATCH
+    with pytest.raises(ValueError, match="gen_pairs"):
+        tiny(gen_pairs="none")

@@ -15,6 +15,12 @@ DP-SGD (Opacus: per-record clip, Gaussian noise), weight alpha (eq. 11); then on
 generator step. Every release is recorded before the step's result is kept, and `step_cost()` gives
 the data-independent worst case (all queries answered), so the budget stops before it is exceeded.
 
+The generator pairs' term enters the student's DP-SGD step as `gen_pairs` says: "public" (the paper: its
+gradient added unclipped after Opacus has clipped and noised the records' term) or "clipped" (each answered
+generator pair clipped to C like each record, in the same Opacus step). The pairs and their labels are public once
+the votes are released, so neither changes the privacy argument; clipping only the records' term lets the
+unclipped "fake" term dominate the student, the fault DP-GAN's `fake_term` names (methods/dpgan.py).
+
 Two deliberate deviations, both to keep DP-SGD's per-record sensitivity true (docs/PRIVACY.md):
   - the target of a classifier pair is decided by its own record: real iff the record is labelled and the
     classifier agrees with its label, fake otherwise (Triple-GAN's "classifier pairs are fake"). The paper's
@@ -45,11 +51,15 @@ from dpgen.privacy.ledger import NO_DATA_DEPENDENT_BOUND, PrivacyLedger
 from dpgen.privacy.rdp import DEFAULT_ORDERS
 
 
+GEN_PAIRS = ("public", "clipped")
+
+
 class PATETripleGAN(PrivateGenerator):
     """percent: labelled fraction; alpha: Triple-GAN's weight of classifier pairs in the student's loss;
     sigma1 / sigma2 / threshold: Confident-GNMax; noise_multiplier / max_grad_norm: DP-SGD on classifier
     pairs; accounting: "rdp" (a bound) or "clt" (the paper's asymptotic mu) for the DP-SGD part; vote_charge:
-    "answered" (the paper) or "every" query's GNMax charged (hybrid.VOTE_CHARGES)."""
+    "answered" (the paper) or "every" query's GNMax charged (hybrid.VOTE_CHARGES); gen_pairs: how the generator
+    pairs' term enters the student's DP-SGD step (GEN_PAIRS, module docstring)."""
 
     neighbouring = "add_remove"
 
@@ -59,7 +69,7 @@ class PATETripleGAN(PrivateGenerator):
                  batch_size: int = 128, teacher_steps: int = 3, student_steps: int = 1, alpha: float = 0.5,
                  sigma1: float = 300.0, sigma2: float = 300.0, threshold: float = 0.5,
                  noise_multiplier: float = 0.4, max_grad_norm: float = 1.0, accounting: str = "rdp",
-                 vote_charge: str = "answered",
+                 vote_charge: str = "answered", gen_pairs: str = "public",
                  z_dim: int = 100, lr: float = 2e-4, beta1: float = 0.5, generator: dict | None = None,
                  student: dict | None = None, classifier: dict | None = None, teachers: dict | None = None,
                  class_probs=None, seed: int = 0):
@@ -68,6 +78,9 @@ class PATETripleGAN(PrivateGenerator):
             raise ValueError(f"percent must be in (0, 1], got {percent}")
         if not 0 <= alpha <= 1:
             raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+        if gen_pairs not in GEN_PAIRS:
+            raise ValueError(f"unknown gen_pairs {gen_pairs!r} (one of {GEN_PAIRS})")
+        self.gen_pairs = gen_pairs
         self.n_teachers, self.percent = int(n_teachers), float(percent)
         self.batch_size, self.teacher_steps, self.student_steps = int(batch_size), int(teacher_steps), int(student_steps)
         self.alpha, self.max_grad_norm, self.lr, self.beta1 = float(alpha), float(max_grad_norm), lr, beta1
@@ -163,18 +176,28 @@ class PATETripleGAN(PrivateGenerator):
         hybrid.record(self.ledger, self.hybrid, release, self.sample_rate)
         keep = torch.as_tensor(release.answered, device=self.device)
         target = torch.as_tensor(release.labels, dtype=u.dtype, device=self.device)[keep]
-        opt = self.dp_optimizer
-        opt.zero_grad()
-        gen_loss, gen_grads = public_term(self.student, lambda: (1 - self.alpha) * (
-            bce(self.judge(u[keep], uy[keep]), target) if keep.any() else u.sum() * 0))
         # (b) classifier pairs: each record judged by itself, then DP-SGD (clip per record, noise)
         x, y, labelled = self.private_batch()
         with torch.no_grad():
             yc = self.classifier(x).argmax(1) if len(x) else y
         real = (labelled & (yc == y)).to(x.dtype)
-        cls_loss = self.alpha * bce(self.judge(x, yc), real, reduction="sum")
-        self.manual_backward(cls_loss)
-        private_step_with(opt, self.student, gen_grads)
+        opt = self.dp_optimizer
+        opt.zero_grad()
+        if self.gen_pairs == "clipped":  # one Opacus step over generator pairs and records, each clipped to C
+            n = int(keep.sum())
+            weights = torch.cat([torch.full((n,), 1 - self.alpha), torch.full((len(x),), self.alpha)]).to(u)
+            losses = bce(self.judge(torch.cat([u[keep], x.to(u.dtype)]), torch.cat([uy[keep], yc.to(uy.dtype)])),
+                         torch.cat([target, real.to(u.dtype)]), reduction="none")
+            gen_sum, cls_loss = (weights * losses)[:n].sum(), (weights * losses)[n:].sum()
+            self.manual_backward(gen_sum + cls_loss)
+            opt.step()
+            gen_loss = gen_sum / max(n, 1)
+        else:  # the generator pairs' term is public given the votes: plain gradients, no per-sample work
+            gen_loss, gen_grads = public_term(self.student, lambda: (1 - self.alpha) * (
+                bce(self.judge(u[keep], uy[keep]), target) if keep.any() else u.sum() * 0))
+            cls_loss = self.alpha * bce(self.judge(x, yc), real, reduction="sum")
+            self.manual_backward(cls_loss)
+            private_step_with(opt, self.student, gen_grads)
         return (cls_loss / self.batch_size + gen_loss).detach()
 
     def classifier_step(self) -> torch.Tensor:
