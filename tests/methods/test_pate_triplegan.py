@@ -231,10 +231,11 @@ def per_pair_gradient(model, pairs) -> list[torch.Tensor]:
     return total
 
 
-@pytest.mark.parametrize("gen_pairs", ["clipped", "public"])
-def test_the_student_step_clips_what_gen_pairs_says_and_nothing_else(monkeypatch, gen_pairs):
+@pytest.mark.parametrize("gen_pairs, pair_target", [("clipped", "agree"), ("public", "agree"), ("clipped", "labelled")])
+def test_the_student_step_clips_what_gen_pairs_says_and_nothing_else(monkeypatch, gen_pairs, pair_target):
+    """...and each record's pair is real as pair_target says: labelled and C agrees with its label, or labelled."""
     torch.manual_seed(0)
-    model = tiny(gen_pairs=gen_pairs, max_grad_norm=0.05)
+    model = tiny(gen_pairs=gen_pairs, pair_target=pair_target, max_grad_norm=0.05)
     fit(model, 1)
     model.dp_optimizer.noise_multiplier = 0.0  # the update itself is under test, not the noise
     u, uy = model.generated(BATCH)
@@ -252,7 +253,8 @@ def test_the_student_step_clips_what_gen_pairs_says_and_nothing_else(monkeypatch
     model.student_step()
     with torch.no_grad():
         yc = model.classifier(x).argmax(1)
-    real = (labelled & (yc == y)).float()
+    real = (labelled & (yc == y)).float() if pair_target == "agree" else labelled.float()
+    assert 0 < (labelled & (yc != y)).sum() < labelled.sum()  # the two targets differ on this batch
     records = per_pair_gradient(model, [(model.alpha, xi, yi, ti, True) for xi, yi, ti in zip(x, yc, real)])
     keep = torch.as_tensor(answered)
     targets = torch.as_tensor(labels, dtype=torch.float32)[keep]
@@ -269,3 +271,5 @@ def test_the_student_step_clips_what_gen_pairs_says_and_nothing_else(monkeypatch
     assert (sum(g.norm() ** 2 for g in unclipped) ** 0.5).item() > 10 * 0.05 * int(keep.sum()) / BATCH
     with pytest.raises(ValueError, match="gen_pairs"):
         tiny(gen_pairs="none")
+    with pytest.raises(ValueError, match="pair_target"):
+        tiny(pair_target="none")

@@ -22,10 +22,12 @@ the votes are released, so neither changes the privacy argument; clipping only t
 unclipped "fake" term dominate the student, the fault DP-GAN's `fake_term` names (methods/dpgan.py).
 
 Two deliberate deviations, both to keep DP-SGD's per-record sensitivity true (docs/PRIVACY.md):
-  - the target of a classifier pair is decided by its own record: real iff the record is labelled and the
-    classifier agrees with its label, fake otherwise (Triple-GAN's "classifier pairs are fake"). The paper's
-    noiseless teacher vote would make every record's gradient depend on a whole teacher partition, which
-    the per-record clipping does not bound.
+  - the target of a classifier pair is decided by its own record (`pair_target`): "agree", real iff the record
+    is labelled and the classifier agrees with its label, as a teacher that knew the label would vote; or
+    "labelled", real iff the record is labelled, as the teachers vote on real images while the generator's are
+    still unlike them; fake otherwise (Triple-GAN's "classifier pairs are fake"). The paper's noiseless teacher
+    vote would make every record's gradient depend on a whole teacher partition, which the per-record clipping
+    does not bound.
   - the classifier learns only from generator pairs (Triple-GAN's pseudo-discriminative loss R_P). Learning
     from labelled or unlabelled private records directly would make its label of one record depend on other
     records, outside DP-SGD's accounting.
@@ -52,6 +54,7 @@ from dpgen.privacy.rdp import DEFAULT_ORDERS
 
 
 GEN_PAIRS = ("public", "clipped")
+PAIR_TARGETS = ("agree", "labelled")
 
 
 class PATETripleGAN(PrivateGenerator):
@@ -59,7 +62,8 @@ class PATETripleGAN(PrivateGenerator):
     sigma1 / sigma2 / threshold: Confident-GNMax; noise_multiplier / max_grad_norm: DP-SGD on classifier
     pairs; accounting: "rdp" (a bound) or "clt" (the paper's asymptotic mu) for the DP-SGD part; vote_charge:
     "answered" (the paper) or "every" query's GNMax charged (hybrid.VOTE_CHARGES); gen_pairs: how the generator
-    pairs' term enters the student's DP-SGD step (GEN_PAIRS, module docstring)."""
+    pairs' term enters the student's DP-SGD step (GEN_PAIRS); pair_target: which classifier pairs are real
+    (PAIR_TARGETS); both in the module docstring."""
 
     neighbouring = "add_remove"
 
@@ -70,6 +74,7 @@ class PATETripleGAN(PrivateGenerator):
                  sigma1: float = 300.0, sigma2: float = 300.0, threshold: float = 0.5,
                  noise_multiplier: float = 0.4, max_grad_norm: float = 1.0, accounting: str = "rdp",
                  vote_charge: str = "answered", gen_pairs: str = "public",
+                 pair_target: str = "agree",
                  z_dim: int = 100, lr: float = 2e-4, beta1: float = 0.5, generator: dict | None = None,
                  student: dict | None = None, classifier: dict | None = None, teachers: dict | None = None,
                  class_probs=None, seed: int = 0):
@@ -80,7 +85,9 @@ class PATETripleGAN(PrivateGenerator):
             raise ValueError(f"alpha must be in [0, 1], got {alpha}")
         if gen_pairs not in GEN_PAIRS:
             raise ValueError(f"unknown gen_pairs {gen_pairs!r} (one of {GEN_PAIRS})")
-        self.gen_pairs = gen_pairs
+        if pair_target not in PAIR_TARGETS:
+            raise ValueError(f"unknown pair_target {pair_target!r} (one of {PAIR_TARGETS})")
+        self.gen_pairs, self.pair_target = gen_pairs, pair_target
         self.n_teachers, self.percent = int(n_teachers), float(percent)
         self.batch_size, self.teacher_steps, self.student_steps = int(batch_size), int(teacher_steps), int(student_steps)
         self.alpha, self.max_grad_norm, self.lr, self.beta1 = float(alpha), float(max_grad_norm), lr, beta1
@@ -180,7 +187,7 @@ class PATETripleGAN(PrivateGenerator):
         x, y, labelled = self.private_batch()
         with torch.no_grad():
             yc = self.classifier(x).argmax(1) if len(x) else y
-        real = (labelled & (yc == y)).to(x.dtype)
+        real = (labelled & ((yc == y) | (self.pair_target == "labelled"))).to(x.dtype)
         opt = self.dp_optimizer
         opt.zero_grad()
         if self.gen_pairs == "clipped":  # one Opacus step over generator pairs and records, each clipped to C
