@@ -40,6 +40,16 @@ def test_gaussians_compose_to_the_closed_form(sigma, count):
     assert exact - 1e-9 <= eps <= exact + 5e-3  # pessimistic discretization: never below, barely above
 
 
+def test_below_the_noise_floor_epsilon_is_infinite_and_at_it_the_closed_form():
+    # a noise-free control's releases (noise 0.001): inf, an upper bound, without building a PLD of gigabytes
+    tiny = [({"kind": "gaussian", "noise_multiplier": 1.0}, 1), (pld.dpsgd_event(0.01, 0.001), 395)]
+    assert pld.epsilon_pld(tiny, DELTA) == math.inf
+    floor = pld.MIN_NOISE_MULTIPLIER
+    exact = eps_from_gdp(1 / floor, DELTA)  # one Gaussian at the floor: (1 / floor)-GDP, eps 284 at 1e-5
+    assert exact > 200
+    assert exact - 1e-9 <= pld.epsilon_pld([({"kind": "gaussian", "noise_multiplier": floor}, 1)], DELTA) <= exact + 5e-3
+
+
 def test_sampling_everything_is_the_plain_gaussian():
     plain = pld.epsilon_pld([({"kind": "gaussian", "noise_multiplier": 1.5}, 20)], DELTA)
     assert pld.epsilon_pld([(pld.dpsgd_event(1.0, 1.5), 20)], DELTA) == pytest.approx(plain, rel=1e-6)
