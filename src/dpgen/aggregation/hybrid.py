@@ -129,5 +129,5 @@ def step_cost(p: HybridParams, queries: int, student_steps: int, sample_rate: fl
         return {"gdp_mu": math.sqrt(mu_sq), "data_independent": student_steps * cost}
 
     events = ((dpsgd_event(sample_rate, p.noise_multiplier), student_steps),) if channel == "rdp" else ()
-    return StepCost(answering(queries), orders, best=answering(p.votes_charged(0, queries)), aliases=NO_DATA_DEPENDENT_BOUND,
-                    pld_events=events)
+    return StepCost(answering(queries), orders, best=answering(p.votes_charged(0, queries)),
+                    aliases=NO_DATA_DEPENDENT_BOUND, pld_events=events)

@@ -187,15 +187,15 @@ class PATETripleGAN(PrivateGenerator):
         x, y, labelled = self.private_batch()
         with torch.no_grad():
             yc = self.classifier(x).argmax(1) if len(x) else y
-        real = (labelled & ((yc == y) | (self.pair_target == "labelled"))).to(x.dtype)
+        real = (labelled if self.pair_target == "labelled" else labelled & (yc == y)).to(x.dtype)
         opt = self.dp_optimizer
         opt.zero_grad()
         if self.gen_pairs == "clipped":  # one Opacus step over generator pairs and records, each clipped to C
             n = int(keep.sum())
             weights = torch.cat([torch.full((n,), 1 - self.alpha), torch.full((len(x),), self.alpha)]).to(u)
-            losses = bce(self.judge(torch.cat([u[keep], x.to(u.dtype)]), torch.cat([uy[keep], yc.to(uy.dtype)])),
-                         torch.cat([target, real.to(u.dtype)]), reduction="none")
-            gen_sum, cls_loss = (weights * losses)[:n].sum(), (weights * losses)[n:].sum()
+            logits = self.judge(torch.cat([u[keep], x.to(u.dtype)]), torch.cat([uy[keep], yc.to(uy.dtype)]))
+            weighted = weights * bce(logits, torch.cat([target, real.to(u.dtype)]), reduction="none")
+            gen_sum, cls_loss = weighted[:n].sum(), weighted[n:].sum()
             self.manual_backward(gen_sum + cls_loss)
             opt.step()
             gen_loss = gen_sum / max(n, 1)
