@@ -1,4 +1,5 @@
 """GS-WGAN (dpgen.methods.gswgan): the two bounds, the sanitizer, the vectorized critics, a tiny run."""
+import copy
 import json
 import warnings
 
@@ -11,7 +12,8 @@ import torch
 from dpgen.aggregation.gradient_sanitizer import SanitizerParams, sanitize
 from dpgen.callbacks.privacy_budget import PrivacyBudget
 from dpgen.data.base import DPGenDataModule, TensorData
-from dpgen.methods.gswgan import GSWGAN, MECHANISM
+from dpgen.methods import gswgan as gswgan_module
+from dpgen.methods.gswgan import GSWGAN, MECHANISM, PARTIAL, WARM_START
 from dpgen.nn.critic import CriticEnsemble, ProjectionCritic
 from dpgen.privacy.gswgan import GSWGAN_ORDERS, rdp_gswgan_step
 from dpgen.privacy.rdp import eps_from_rdp
@@ -90,6 +92,36 @@ def test_critic_training_lowers_its_loss():
     assert (losses[-1] < losses[0] - 0.5).all()
 
 
+
+def test_warm_start_stopped_and_resumed_equals_one_uninterrupted():
+    def sample_real(ens):  # a deterministic stand-in for the shards: a function of the critics' step counts
+        def draw(s, e):
+            g = torch.Generator().manual_seed(int(ens.steps[s]) * 10 + s)
+            return torch.rand(e - s, 4, 1, 8, 8, generator=g), torch.randint(0, 2, (e - s, 4), generator=g)
+        return draw
+
+    args = {"steps": 3, "critic_steps": 2, "z_dim": 4, "generator_hidden": (8,), "seed": 5}
+    whole = CriticEnsemble(4, (1, 8, 8), 2, model_dim=4, chunk_size=2, lr=1e-2)
+    whole.pretrain(sample_real(whole), **args)
+    saved = []
+
+    def save_then_stop(progress):  # the 4th save: chunk 2-3 after its first step
+        saved.append(copy.deepcopy({"critics": stopped.state_dict(), "progress": progress}))
+        if len(saved) == 4:
+            raise KeyboardInterrupt
+
+    stopped = CriticEnsemble(4, (1, 8, 8), 2, model_dim=4, chunk_size=2, lr=1e-2)
+    with pytest.raises(KeyboardInterrupt):
+        stopped.pretrain(sample_real(stopped), save=save_then_stop, save_every_s=0, **args)
+    assert [(p["progress"]["chunk"], p["progress"]["step"]) for p in saved] == [(0, 1), (0, 2), (0, 3), (2, 1)]
+    resumed = CriticEnsemble(4, (1, 8, 8), 2, model_dim=4, chunk_size=2, lr=1e-2, seed=9)  # other init: overwritten
+    resumed.load_state_dict(saved[-1]["critics"])
+    resumed.pretrain(sample_real(resumed), resume=saved[-1]["progress"], **args)
+    assert torch.equal(resumed.steps, torch.full((4,), 6))
+    for name, value in whole.state_dict().items():
+        assert torch.equal(resumed.state_dict()[name], value), name
+
+
 class Images(DPGenDataModule):
     name, kind, shape, num_classes, class_names = "img", "image", (1, 8, 8), 2, ["a", "b"]
 
@@ -165,6 +197,38 @@ def test_pretrained_critics_are_saved_and_reused_only_on_the_same_shards(tmp_pat
             root=tmp_path / "d")
     with pytest.raises(FileNotFoundError):
         fit(tiny_gswgan(pretrained_critics=str(tmp_path / "none.pt")), 1, root=tmp_path / "e")
+
+
+
+def test_a_warm_start_cut_off_goes_on_where_it_stopped_in_the_same_folder(tmp_path, monkeypatch):
+    real_save = gswgan_module.save_file
+
+    def save_then_die(state, path):  # the process is killed after the warm start's second of 3 steps
+        real_save(state, path)
+        if path.name == PARTIAL and state["progress"]["step"] == 2:
+            raise RuntimeError("killed")
+
+    monkeypatch.setattr(gswgan_module, "save_file", save_then_die)
+    pretrain = {"steps": 3, "critic_steps": 2, "z_dim": 4, "generator_hidden": [16], "save_every_s": 0}
+    with pytest.raises(RuntimeError, match="killed"):
+        fit(tiny_gswgan(pretrain=pretrain), 1, root=tmp_path)
+    assert (tmp_path / PARTIAL).is_file() and not (tmp_path / WARM_START).exists()
+    monkeypatch.setattr(gswgan_module, "save_file", real_save)
+    with pytest.raises(ValueError, match="other settings"):  # 4 steps would not be the warm start that was begun
+        fit(tiny_gswgan(pretrain={**pretrain, "steps": 4}), 1, root=tmp_path)
+    model, drawn = tiny_gswgan(pretrain=pretrain), []
+    shard_batch = model.shard_batch
+    model.shard_batch = lambda s, e: drawn.append(e - s) or shard_batch(s, e)
+    fit(model, 1, root=tmp_path)
+    # the third warm-up step only (2 critic steps of the 4 critics), then 1 main step (2 steps of one critic)
+    assert drawn == [4, 4, 1, 1]
+    assert torch.equal(model.critics.steps.sort().values, torch.tensor([6, 6, 6, 8]))
+    assert (tmp_path / WARM_START).is_file() and not (tmp_path / PARTIAL).exists()
+    # cut off after the warm start, before a checkpoint: a run in the same folder takes the saved critics
+    again = tiny_gswgan(pretrain=pretrain)
+    monkeypatch.setattr(again.critics, "pretrain", lambda *a, **k: pytest.fail("pretrained again"))
+    fit(again, 1, root=tmp_path)
+    assert (again.critics.steps >= 6).all()
 
 
 def test_generator_learns_from_the_sanitized_gradient_only(monkeypatch, tmp_path):

@@ -15,19 +15,29 @@ critic i has still seen shard i only.
 from __future__ import annotations
 
 import copy
+import logging
 from pathlib import Path
 
 import torch
 
-from dpgen.aggregation.noise import secret_generator
 from dpgen.aggregation.gradient_sanitizer import SanitizerParams, sanitize
-from dpgen.data.partition import TeacherRecords, draw_batches, padded_table, partition_indices
+from dpgen.aggregation.noise import secret_generator
+from dpgen.data.partition import (
+    TeacherRecords,
+    draw_batches,
+    padded_table,
+    partition_indices,
+)
+from dpgen.files import atomic_write
 from dpgen.methods.base import PrivateGenerator, running_stats_kept
 from dpgen.nn.critic import CriticEnsemble
 from dpgen.privacy.gswgan import BOUND_ALIASES, GSWGAN_ORDERS
 from dpgen.privacy.ledger import PrivacyLedger
 
+log = logging.getLogger(__name__)
+
 MECHANISM = "gswgan_sanitizer"
+WARM_START, PARTIAL = "pretrained_critics.pt", "pretrained_critics.partial.pt"
 
 
 class GSWGAN(PrivateGenerator):
@@ -89,24 +99,54 @@ class GSWGAN(PrivateGenerator):
     def on_fit_start(self) -> None:
         if bool(self.pretrained):
             return
+        folder = Path(self.trainer.default_root_dir)
         if self.pretrained_critics:
             self.load_pretrained_critics(self.pretrained_critics)
+        elif (folder / WARM_START).is_file():  # this run pretrained them before it stopped
+            log.info("critics: the warm start this run saved, %s", folder / WARM_START)
+            self.load_pretrained_critics(str(folder / WARM_START))
         else:
-            self.critics.pretrain(self.shard_batch, seed=self.seed + 2, **self.pretrain_args)
-            if self.trainer.is_global_zero:
-                folder = Path(self.trainer.default_root_dir)
-                folder.mkdir(parents=True, exist_ok=True)
-                torch.save({"shards": self.shards, "critics": self.critics.state_dict()},
-                           folder / "pretrained_critics.pt")
+            self.pretrain_critics(folder)
         self.pretrained.fill_(True)
+
+    def pretrain_critics(self, folder: Path) -> None:
+        """The warm start, saved to `folder/pretrained_critics.pt`; on the way, its progress to
+        `folder/pretrained_critics.partial.pt` every `pretrain.save_every_s` seconds, where a run started again
+        in the same folder goes on from (after a crash or a session's end: nothing but the last minutes lost)."""
+        partial, args = folder / PARTIAL, {k: v for k, v in self.pretrain_args.items() if k != "save_every_s"}
+        resume = None
+        if partial.is_file():
+            state = torch.load(partial, map_location=self.device)
+            self.check_same_shards(state, partial)
+            if state["pretrain"] != args:
+                raise ValueError(f"{partial} is a warm start with other settings ({state['pretrain']}, not {args}): "
+                                 "delete it, or run in another folder")
+            self.critics.load_state_dict(state["critics"])
+            resume = state["progress"]
+            log.info("critics: going on with the warm start of %s from critic %d, step %d", partial,
+                     resume["chunk"], resume["step"])
+
+        def save(progress: dict) -> None:
+            if self.trainer.is_global_zero:
+                save_file({"shards": self.shards, "critics": self.critics.state_dict(), "pretrain": args,
+                                  "progress": progress}, partial)
+
+        folder.mkdir(parents=True, exist_ok=True)
+        self.critics.pretrain(self.shard_batch, seed=self.seed + 2, resume=resume, save=save, **self.pretrain_args)
+        if self.trainer.is_global_zero:
+            save_file({"shards": self.shards, "critics": self.critics.state_dict()}, folder / WARM_START)
+            partial.unlink(missing_ok=True)
+
+    def check_same_shards(self, state: dict, path) -> None:
+        if not torch.equal(state["shards"].cpu(), self.shards.cpu()):  # False on other shapes too
+            raise ValueError(f"pretrained_critics {path} were pretrained on other shards (another seed, data set or "
+                             "n_discriminators): critic i may only have seen shard i")
 
     def load_pretrained_critics(self, path: str) -> None:
         if not Path(path).is_file():
             raise FileNotFoundError(f"pretrained_critics: no file {path} (a run folder's pretrained_critics.pt)")
         state = torch.load(path, map_location=self.device)
-        if not torch.equal(state["shards"].cpu(), self.shards.cpu()):  # False on other shapes too
-            raise ValueError(f"pretrained_critics {path} were pretrained on other shards (another seed, data set or "
-                             "n_discriminators): critic i may only have seen shard i")
+        self.check_same_shards(state, path)
         try:
             self.critics.load_state_dict(state["critics"])
         except RuntimeError as err:
@@ -154,3 +194,7 @@ class GSWGAN(PrivateGenerator):
             ema.mul_(decay).add_(p, alpha=1 - decay)
         for ema, b in zip(self.net_g.buffers(), self.net_train.buffers()):
             ema.copy_(b)
+
+
+def save_file(state: dict, path: Path) -> None:
+    atomic_write(path, lambda f: torch.save(state, f))  # a kill while writing leaves the previous file whole

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from rich.progress import track
@@ -137,39 +137,58 @@ class CriticEnsemble(nn.Module):
         return losses.detach()
 
     def pretrain(self, sample_real, steps: int = 2000, critic_steps: int = 5, z_dim: int = 10,
-                 generator_hidden: Sequence[int] = (128,), seed: int = 0) -> torch.Tensor:
+                 generator_hidden: Sequence[int] = (128,), seed: int = 0, resume: dict | None = None,
+                 save: Callable[[dict], None] | None = None, save_every_s: float = 600.0) -> None:
         """GS-WGAN's non-private warm start: every critic trains against its OWN small FC generator (so critic i
         depends on its shard only), `steps` generator iterations of `critic_steps` critic steps each, chunk by
         chunk. `sample_real(s, e)` -> (x (e-s, b, *in_shape), y (e-s, b)) from the shards of critics s..e-1.
-        Returns the last critic losses (n,)."""
-        rng = torch.Generator().manual_seed(seed)  # on the CPU: draws are moved to the critics' device
+
+        Resumable: every `save_every_s` seconds `save(progress)` is called, where
+        `progress` (the chunk under way, its completed steps, its generators with their Adam moments, the
+        random state) together with this module's state_dict is all a later `pretrain(..., resume=progress)`
+        needs to go on where it stopped."""
         device = self.steps.device
-        last = torch.zeros(self.n, device=device)
-        start = time.perf_counter()
+        net = FCGenerator(self.in_shape, self.num_classes, z_dim=z_dim, hidden=tuple(generator_hidden),
+                          activation="relu", feature_bound=None, label_every_layer=False)
+        fake = vmap(lambda th, z, y: functional_call(net, th, (z, y)))
+
+        def g_loss(th, d_theta, z1, y1):
+            return -self.critic(d_theta, functional_call(net, th, (z1, y1)), y1).mean()
+
+        rng = torch.Generator()  # on the CPU: draws are moved to the critics' device
+        if resume is None:
+            rng.manual_seed(seed)
+            resume = {"chunk": -1, "step": steps}  # as if a chunk before the first had just ended
+        else:
+            rng.set_state(resume["rng"])
+        start = last_save = time.perf_counter()
         for s, e in self.chunks():
-            net = FCGenerator(self.in_shape, self.num_classes, z_dim=z_dim, hidden=tuple(generator_hidden),
-                              activation="relu", feature_bound=None, label_every_layer=False)
-            g_theta = {k: v.to(device) for k, v in stacked_init(net, e - s, rng).items()}
-            g_m = {k: torch.zeros_like(v) for k, v in g_theta.items()}
-            g_v = {k: torch.zeros_like(v) for k, v in g_theta.items()}
-            fake = vmap(lambda th, z, y: functional_call(net, th, (z, y)))
-            for step in track(range(1, steps + 1), description=f"pretraining critics {s}-{e - 1} of {self.n}"):
+            if s < resume["chunk"] or (s == resume["chunk"] and resume["step"] >= steps):
+                continue
+            if s == resume["chunk"]:  # the chunk that was under way
+                done = resume["step"]
+                g_theta, g_m, g_v = ({k: v.to(device) for k, v in resume[part].items()}
+                                     for part in ("generators", "exp_avg", "exp_avg_sq"))
+            else:
+                done = 0
+                g_theta = {k: v.to(device) for k, v in stacked_init(net, e - s, rng).items()}
+                g_m = {k: torch.zeros_like(v) for k, v in g_theta.items()}
+                g_v = {k: torch.zeros_like(v) for k, v in g_theta.items()}
+            for step in track(range(done + 1, steps + 1), description=f"pretraining critics {s}-{e - 1} of {self.n}"):
                 for _ in range(critic_steps):
                     real_x, real_y = sample_real(s, e)
                     z = (torch.rand(real_y.shape + (z_dim,), generator=rng) * 2 - 1).to(device)
                     with torch.no_grad():
                         fake_x = fake(g_theta, z, real_y)
-                    last[s:e] = self.train_step(s, e, real_x, real_y, fake_x, rng)
+                    self.train_step(s, e, real_x, real_y, fake_x, rng)
                 y = torch.randint(0, self.num_classes, real_y.shape, generator=rng).to(device)
                 z = (torch.rand(real_y.shape + (z_dim,), generator=rng) * 2 - 1).to(device)
-                theta = self.stacked(self.params, s, e)
-
-                def g_loss(th, d_theta, z1, y1):
-                    return -self.critic(d_theta, functional_call(net, th, (z1, y1)), y1).mean()
-
-                g_grads = vmap(grad(g_loss))(g_theta, theta, z, y)
+                g_grads = vmap(grad(g_loss))(g_theta, self.stacked(self.params, s, e), z, y)
                 adam_update(g_theta, g_grads, g_m, g_v, torch.full((e - s,), step, device=device), self.lr, self.betas)
                 if step % max(1, steps // 10) == 0:  # the progress bar does not reach a log file
                     log.info("pretraining critics %d-%d of %d: step %d of %d, %.0f s", s, e - 1, self.n, step, steps,
                              time.perf_counter() - start)
-        return last
+                if save is not None and time.perf_counter() - last_save >= save_every_s:
+                    save({"chunk": s, "step": step, "generators": g_theta, "exp_avg": g_m, "exp_avg_sq": g_v,
+                          "rng": rng.get_state()})
+                    last_save = time.perf_counter()
