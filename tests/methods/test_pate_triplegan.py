@@ -231,9 +231,11 @@ def per_pair_gradient(model, pairs) -> list[torch.Tensor]:
     return total
 
 
-@pytest.mark.parametrize("gen_pairs, pair_target", [("clipped", "agree"), ("public", "agree"), ("clipped", "labelled")])
+@pytest.mark.parametrize("gen_pairs, pair_target", [("clipped", "agree"), ("public", "agree"), ("clipped", "labelled"),
+                                                    ("clipped", "own_label")])
 def test_the_student_step_clips_what_gen_pairs_says_and_nothing_else(monkeypatch, gen_pairs, pair_target):
-    """...and each record's pair is real as pair_target says: labelled and C agrees with its label, or labelled."""
+    """...and each record's pair is real as pair_target says: labelled and C agrees with its label, or labelled;
+    own_label: a labelled record paired with its own label, an unlabelled one with C's."""
     torch.manual_seed(0)
     model = tiny(gen_pairs=gen_pairs, pair_target=pair_target, max_grad_norm=0.05)
     fit(model, 1)
@@ -254,8 +256,9 @@ def test_the_student_step_clips_what_gen_pairs_says_and_nothing_else(monkeypatch
     with torch.no_grad():
         yc = model.classifier(x).argmax(1)
     real = (labelled & (yc == y)).float() if pair_target == "agree" else labelled.float()
+    pair_y = torch.where(labelled, y, yc) if pair_target == "own_label" else yc
     assert 0 < (labelled & (yc != y)).sum() < labelled.sum()  # the two targets differ on this batch
-    records = per_pair_gradient(model, [(model.alpha, xi, yi, ti, True) for xi, yi, ti in zip(x, yc, real)])
+    records = per_pair_gradient(model, [(model.alpha, xi, yi, ti, True) for xi, yi, ti in zip(x, pair_y, real)])
     keep = torch.as_tensor(answered)
     targets = torch.as_tensor(labels, dtype=torch.float32)[keep]
     generated = per_pair_gradient(model, [(1 - model.alpha, ui, yi, ti, gen_pairs == "clipped")

@@ -25,7 +25,9 @@ Two deliberate deviations, both to keep DP-SGD's per-record sensitivity true (do
   - the target of a classifier pair is decided by its own record (`pair_target`): "agree", real iff the record
     is labelled and the classifier agrees with its label, as a teacher that knew the label would vote; or
     "labelled", real iff the record is labelled, as the teachers vote on real images while the generator's are
-    still unlike them; fake otherwise (Triple-GAN's "classifier pairs are fake"). The paper's noiseless teacher
+    still unlike them; fake otherwise (Triple-GAN's "classifier pairs are fake"). Or "own_label": a labelled
+    record is paired with its own label and real, an unlabelled one with the classifier's label and fake, as
+    Triple-GAN's discriminator sees the labelled data and the classifier's pairs. The paper's noiseless teacher
     vote would make every record's gradient depend on a whole teacher partition, which the per-record clipping
     does not bound.
   - the classifier learns only from generator pairs (Triple-GAN's pseudo-discriminative loss R_P). Learning
@@ -54,7 +56,7 @@ from dpgen.privacy.rdp import DEFAULT_ORDERS
 
 
 GEN_PAIRS = ("public", "clipped")
-PAIR_TARGETS = ("agree", "labelled")
+PAIR_TARGETS = ("agree", "labelled", "own_label")
 
 
 class PATETripleGAN(PrivateGenerator):
@@ -187,13 +189,14 @@ class PATETripleGAN(PrivateGenerator):
         x, y, labelled = self.private_batch()
         with torch.no_grad():
             yc = self.classifier(x).argmax(1) if len(x) else y
-        real = (labelled if self.pair_target == "labelled" else labelled & (yc == y)).to(x.dtype)
+        real = (labelled & (yc == y) if self.pair_target == "agree" else labelled).to(x.dtype)
+        pair_y = torch.where(labelled, y, yc) if self.pair_target == "own_label" else yc
         opt = self.dp_optimizer
         opt.zero_grad()
         if self.gen_pairs == "clipped":  # one Opacus step over generator pairs and records, each clipped to C
             n = int(keep.sum())
             weights = torch.cat([torch.full((n,), 1 - self.alpha), torch.full((len(x),), self.alpha)]).to(u)
-            logits = self.judge(torch.cat([u[keep], x.to(u.dtype)]), torch.cat([uy[keep], yc.to(uy.dtype)]))
+            logits = self.judge(torch.cat([u[keep], x.to(u.dtype)]), torch.cat([uy[keep], pair_y.to(uy.dtype)]))
             weighted = weights * bce(logits, torch.cat([target, real.to(u.dtype)]), reduction="none")
             gen_sum, cls_loss = weighted[:n].sum(), weighted[n:].sum()
             self.manual_backward(gen_sum + cls_loss)
@@ -202,7 +205,7 @@ class PATETripleGAN(PrivateGenerator):
         else:  # the generator pairs' term is public given the votes: plain gradients, no per-sample work
             gen_loss, gen_grads = public_term(self.student, lambda: (1 - self.alpha) * (
                 bce(self.judge(u[keep], uy[keep]), target) if keep.any() else u.sum() * 0))
-            cls_loss = self.alpha * bce(self.judge(x, yc), real, reduction="sum")
+            cls_loss = self.alpha * bce(self.judge(x, pair_y), real, reduction="sum")
             self.manual_backward(cls_loss)
             private_step_with(opt, self.student, gen_grads)
         return (cls_loss / self.batch_size + gen_loss).detach()
