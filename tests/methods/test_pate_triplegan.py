@@ -252,7 +252,8 @@ def test_the_student_step_clips_what_gen_pairs_says_and_nothing_else(monkeypatch
     seen = []
     model.dp_optimizer.original_optimizer.step = lambda *a, **k: seen.append(
         [p.grad.detach().clone() for p in model.student.parameters()])
-    model.student_step()
+    _, answered_share, real_share = model.student_step()
+    assert answered_share == pytest.approx(answered.mean()) and real_share == pytest.approx(labels[answered].mean())
     with torch.no_grad():
         yc = model.classifier(x).argmax(1)
     real = (labelled & (yc == y)).float() if pair_target == "agree" else labelled.float()
