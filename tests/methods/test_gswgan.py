@@ -92,7 +92,6 @@ def test_critic_training_lowers_its_loss():
     assert (losses[-1] < losses[0] - 0.5).all()
 
 
-
 def test_warm_start_stopped_and_resumed_equals_one_uninterrupted():
     def sample_real(ens):  # a deterministic stand-in for the shards: a function of the critics' step counts
         def draw(s, e):
@@ -197,7 +196,6 @@ def test_pretrained_critics_are_saved_and_reused_only_on_the_same_shards(tmp_pat
             root=tmp_path / "d")
     with pytest.raises(FileNotFoundError):
         fit(tiny_gswgan(pretrained_critics=str(tmp_path / "none.pt")), 1, root=tmp_path / "e")
-
 
 
 def test_a_warm_start_cut_off_goes_on_where_it_stopped_in_the_same_folder(tmp_path, monkeypatch):

@@ -22,12 +22,7 @@ import torch
 
 from dpgen.aggregation.gradient_sanitizer import SanitizerParams, sanitize
 from dpgen.aggregation.noise import secret_generator
-from dpgen.data.partition import (
-    TeacherRecords,
-    draw_batches,
-    padded_table,
-    partition_indices,
-)
+from dpgen.data.partition import TeacherRecords, draw_batches, padded_table, partition_indices
 from dpgen.files import atomic_write
 from dpgen.methods.base import PrivateGenerator, running_stats_kept
 from dpgen.nn.critic import CriticEnsemble
@@ -112,16 +107,15 @@ class GSWGAN(PrivateGenerator):
     def pretrain_critics(self, folder: Path) -> None:
         """The warm start, saved to `folder/pretrained_critics.pt`; on the way, its progress to
         `folder/pretrained_critics.partial.pt` every `pretrain.save_every_s` seconds, where a run started again
-        in the same folder goes on from (after a crash or a session's end: nothing but the last minutes lost)."""
+        in the same folder goes on from (after a crash or a stop: nothing but the last minutes lost)."""
         partial, args = folder / PARTIAL, {k: v for k, v in self.pretrain_args.items() if k != "save_every_s"}
         resume = None
         if partial.is_file():
             state = torch.load(partial, map_location=self.device)
-            self.check_same_shards(state, partial)
             if state["pretrain"] != args:
                 raise ValueError(f"{partial} is a warm start with other settings ({state['pretrain']}, not {args}): "
                                  "delete it, or run in another folder")
-            self.critics.load_state_dict(state["critics"])
+            self.load_critics(state, partial)
             resume = state["progress"]
             log.info("critics: going on with the warm start of %s from critic %d, step %d", partial,
                      resume["chunk"], resume["step"])
@@ -129,7 +123,7 @@ class GSWGAN(PrivateGenerator):
         def save(progress: dict) -> None:
             if self.trainer.is_global_zero:
                 save_file({"shards": self.shards, "critics": self.critics.state_dict(), "pretrain": args,
-                                  "progress": progress}, partial)
+                           "progress": progress}, partial)
 
         folder.mkdir(parents=True, exist_ok=True)
         self.critics.pretrain(self.shard_batch, seed=self.seed + 2, resume=resume, save=save, **self.pretrain_args)
@@ -137,16 +131,16 @@ class GSWGAN(PrivateGenerator):
             save_file({"shards": self.shards, "critics": self.critics.state_dict()}, folder / WARM_START)
             partial.unlink(missing_ok=True)
 
-    def check_same_shards(self, state: dict, path) -> None:
-        if not torch.equal(state["shards"].cpu(), self.shards.cpu()):  # False on other shapes too
-            raise ValueError(f"pretrained_critics {path} were pretrained on other shards (another seed, data set or "
-                             "n_discriminators): critic i may only have seen shard i")
-
     def load_pretrained_critics(self, path: str) -> None:
         if not Path(path).is_file():
             raise FileNotFoundError(f"pretrained_critics: no file {path} (a run folder's pretrained_critics.pt)")
-        state = torch.load(path, map_location=self.device)
-        self.check_same_shards(state, path)
+        self.load_critics(torch.load(path, map_location=self.device), path)
+
+    def load_critics(self, state: dict, path) -> None:
+        """The critics of a saved (finished or partial) warm start, refused unless pretrained on these shards."""
+        if not torch.equal(state["shards"].cpu(), self.shards.cpu()):  # False on other shapes too
+            raise ValueError(f"pretrained_critics {path} were pretrained on other shards (another seed, data set or "
+                             "n_discriminators): critic i may only have seen shard i")
         try:
             self.critics.load_state_dict(state["critics"])
         except RuntimeError as err:

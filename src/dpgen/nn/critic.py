@@ -143,10 +143,9 @@ class CriticEnsemble(nn.Module):
         depends on its shard only), `steps` generator iterations of `critic_steps` critic steps each, chunk by
         chunk. `sample_real(s, e)` -> (x (e-s, b, *in_shape), y (e-s, b)) from the shards of critics s..e-1.
 
-        Resumable: every `save_every_s` seconds `save(progress)` is called, where
-        `progress` (the chunk under way, its completed steps, its generators with their Adam moments, the
-        random state) together with this module's state_dict is all a later `pretrain(..., resume=progress)`
-        needs to go on where it stopped."""
+        Resumable: every `save_every_s` seconds `save(progress)` is called, where `progress` (the chunk under way,
+        its completed steps, its generators with their Adam moments, the random state) together with this module's
+        state_dict is all a later `pretrain(..., resume=progress)` needs to go on where it stopped."""
         device = self.steps.device
         net = FCGenerator(self.in_shape, self.num_classes, z_dim=z_dim, hidden=tuple(generator_hidden),
                           activation="relu", feature_bound=None, label_every_layer=False)
@@ -158,14 +157,13 @@ class CriticEnsemble(nn.Module):
         rng = torch.Generator()  # on the CPU: draws are moved to the critics' device
         if resume is None:
             rng.manual_seed(seed)
-            resume = {"chunk": -1, "step": steps}  # as if a chunk before the first had just ended
         else:
             rng.set_state(resume["rng"])
         start = last_save = time.perf_counter()
         for s, e in self.chunks():
-            if s < resume["chunk"] or (s == resume["chunk"] and resume["step"] >= steps):
+            if resume is not None and s < resume["chunk"]:
                 continue
-            if s == resume["chunk"]:  # the chunk that was under way
+            if resume is not None and s == resume["chunk"]:  # the chunk that was under way (no step left: none run)
                 done = resume["step"]
                 g_theta, g_m, g_v = ({k: v.to(device) for k, v in resume[part].items()}
                                      for part in ("generators", "exp_avg", "exp_avg_sq"))
