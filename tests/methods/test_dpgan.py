@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from clipping import clipped_sum
 from dpgen.callbacks.privacy_budget import PrivacyBudget
 from dpgen.data.base import DPGenDataModule, TensorData
 from dpgen.methods.dpgan import DPGAN, MECHANISM
@@ -145,14 +146,9 @@ def per_sample_update(model, x, y, fake, fake_y, clip_fake: bool) -> list[torch.
     +D(generated)): each record's gradient clipped to C, each generated sample's clipped too or not, summed and
     divided by the expected batch size."""
     net = model.net_d._module
-    c, total = model.max_grad_norm, [torch.zeros_like(p) for p in net.parameters()]
-    terms = [(-1.0, xi, yi, True) for xi, yi in zip(x, y)] + [(1.0, f, fy, clip_fake) for f, fy in zip(fake, fake_y)]
-    for sign, xi, yi, clip in terms:
-        grads = torch.autograd.grad(sign * net(xi[None], yi[None]).sum(), list(net.parameters()))
-        norm = torch.sqrt(sum(g.pow(2).sum() for g in grads))
-        scale = min(1.0, c / (norm.item() + 1e-6)) if clip else 1.0  # Opacus' clipping factor
-        total = [t + scale * g for t, g in zip(total, grads)]
-    return [t / model.batch_size for t in total]
+    terms = [(-net(xi[None], yi[None]).sum(), True) for xi, yi in zip(x, y)]
+    terms += [(net(f[None], fy[None]).sum(), clip_fake) for f, fy in zip(fake, fake_y)]
+    return [t / model.batch_size for t in clipped_sum(list(net.parameters()), terms, model.max_grad_norm)]
 
 
 @pytest.mark.parametrize("fake_term", ["clipped", "public"])

@@ -11,6 +11,7 @@ from opacus.accountants.analysis.rdp import compute_rdp
 from scipy.optimize import brentq
 from scipy.stats import norm
 
+from clipping import clipped_sum
 from dpgen.aggregation import hybrid
 from dpgen.callbacks.privacy_budget import PrivacyBudget
 from dpgen.data.base import DPGenDataModule, TensorData
@@ -91,7 +92,7 @@ def test_labels_of_unlabelled_records_change_nothing():
 
 
 def test_every_query_and_every_dpsgd_step_is_charged(monkeypatch):
-    model = tiny()
+    model = tiny(vote_charge="answered")  # the paper's charge: only answered queries pay a vote
     answered = []
     vote = hybrid.noisy_vote
 
@@ -218,17 +219,12 @@ def test_student_is_opacus_ready_and_the_partition_count_is_checked():
 
 def per_pair_gradient(model, pairs) -> list[torch.Tensor]:
     """The student's gradient summed pair by pair on a plain copy: (weight, x, y, target, clipped) terms, each
-    clipped to C where asked (Opacus' factor)."""
-    net, c = model.student._module, model.max_grad_norm
-    total = [torch.zeros_like(p) for p in net.parameters()]
-    for weight, x, y, target, clipped in pairs:
-        loss = weight * torch.nn.functional.binary_cross_entropy_with_logits(net(x[None], y[None]).view(-1),
-                                                                              target.view(1))
-        grads = torch.autograd.grad(loss, list(net.parameters()))
-        norm = torch.sqrt(sum(g.pow(2).sum() for g in grads)).item()
-        scale = min(1.0, c / (norm + 1e-6)) if clipped else 1.0
-        total = [t + scale * g for t, g in zip(total, grads)]
-    return total
+    clipped to C where asked."""
+    net = model.student._module
+    terms = [(weight * torch.nn.functional.binary_cross_entropy_with_logits(net(x[None], y[None]).view(-1),
+                                                                            target.view(1)), clipped)
+             for weight, x, y, target, clipped in pairs]
+    return clipped_sum(list(net.parameters()), terms, model.max_grad_norm)
 
 
 @pytest.mark.parametrize("gen_pairs, pair_target", [("clipped", "agree"), ("public", "agree"), ("clipped", "labelled"),

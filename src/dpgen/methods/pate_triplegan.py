@@ -75,7 +75,7 @@ class PATETripleGAN(PrivateGenerator):
                  batch_size: int = 128, teacher_steps: int = 1, student_steps: int = 1, alpha: float = 0.5,
                  sigma1: float = 300.0, sigma2: float = 300.0, threshold: float = 0.5,
                  noise_multiplier: float = 0.4, max_grad_norm: float = 1.0, accounting: str = "rdp",
-                 vote_charge: str = "answered", gen_pairs: str = "public",
+                 vote_charge: str = "every", gen_pairs: str = "clipped",
                  pair_target: str = "own_label",
                  z_dim: int = 100, lr: float = 2e-4, beta1: float = 0.5, generator: dict | None = None,
                  student: dict | None = None, classifier: dict | None = None, teachers: dict | None = None,
