@@ -13,7 +13,7 @@ from dpgen.aggregation.gradient_sanitizer import SanitizerParams, sanitize
 from dpgen.callbacks.privacy_budget import PrivacyBudget
 from dpgen.data.base import DPGenDataModule, TensorData
 from dpgen.methods import gswgan as gswgan_module
-from dpgen.methods.gswgan import GSWGAN, MECHANISM, PARTIAL, WARM_START
+from dpgen.methods.gswgan import GSWGAN, KEPT_CAVEAT, MECHANISM, PARTIAL, WARM_START
 from dpgen.nn.critic import CriticEnsemble, ProjectionCritic
 from dpgen.privacy.gswgan import GSWGAN_ORDERS, rdp_gswgan_step
 from dpgen.privacy.rdp import eps_from_rdp
@@ -172,7 +172,7 @@ def test_tiny_run_pretrains_every_critic_and_releases_the_ema(tmp_path, caplog):
         fit(model, 4, root=tmp_path)
     assert bool(model.pretrained) and (model.critics.steps >= 3 * 2).all()  # 3 pretraining steps x 2 critic steps
     assert "step 3 of 3" in caplog.text  # the warm-up reports its progress to the log (a file under nohup)
-    assert model.critics.steps.sum().item() == 4 * 6 + 4 * 2  # + 4 main steps x 2 critic steps on the chosen one
+    assert model.critics.steps.sum().item() == 4 * 6  # the main steps' critic updates are discarded (the default)
     # the EMA (released) differs from the trained generator once decay > 0, and sample() uses it
     assert any(not torch.equal(a, b) for a, b in zip(model.net_g.parameters(), model.net_train.parameters()))
     assert model.generator is model.net_g
@@ -220,7 +220,7 @@ def test_a_warm_start_cut_off_goes_on_where_it_stopped_in_the_same_folder(tmp_pa
     fit(model, 1, root=tmp_path)
     # the third warm-up step only (2 critic steps of the 4 critics), then 1 main step (2 steps of one critic)
     assert drawn == [4, 4, 1, 1]
-    assert torch.equal(model.critics.steps.sort().values, torch.tensor([6, 6, 6, 8]))
+    assert torch.equal(model.critics.steps, torch.tensor([6, 6, 6, 6]))  # the main step's updates discarded
     assert (tmp_path / WARM_START).is_file() and not (tmp_path / PARTIAL).exists()
     # cut off after the warm start, before a checkpoint: a run in the same folder takes the saved critics
     again = tiny_gswgan(pretrain=pretrain)
@@ -275,3 +275,31 @@ def test_private_labels_do_not_reach_the_released_generator_through_batch_norm(m
         released.append(model.net_g.state_dict())
     for key, value in released[0].items():
         assert torch.equal(value, released[1][key]), key
+
+
+@pytest.mark.parametrize("updates", ["discarded", "kept"])
+def test_the_drawn_critic_is_trained_before_its_gradient_and_then_reset_or_kept(updates, tmp_path):
+    """discarded: every critic is back at its warm start after each step, so no state depends on earlier draws
+    (the accounting's premise); kept: the drawn critics carry their updates, and privacy.json says the bound is
+    then the paper's argument, not a proof."""
+    fit(tiny_gswgan(), 1, root=tmp_path / "warm")
+    warm = torch.load(tmp_path / "warm" / WARM_START)["critics"]
+    model, drawn = tiny_gswgan(critic_updates=updates, pretrained_critics=str(tmp_path / "warm" / WARM_START)), []
+    score = model.critics.score
+
+    def spy(i, x, y):  # the gradient comes from critic i after this step's 2 critic steps
+        drawn.append(i)
+        assert model.critics.steps[i] == warm["steps"][i] + 2 * (1 + (updates == "kept") * drawn[:-1].count(i))
+        return score(i, x, y)
+
+    model.critics.score = spy
+    fit(model, 5, [PrivacyBudget(1e6, 1e-5)], root=tmp_path / "run")
+    assert len(drawn) == 5
+    after = model.critics.state_dict()
+    changed = {i for i in range(4) if any(not torch.equal(after[k][i], warm[k][i]) for k in warm)}
+    assert changed == (set() if updates == "discarded" else set(drawn))
+    report = json.loads((tmp_path / "run" / "privacy.json").read_text())
+    assert report.get("caveats") == ([KEPT_CAVEAT] if updates == "kept" else None)
+    assert report["mechanisms"][MECHANISM]["params"][0]["critic_updates"] == updates
+    with pytest.raises(ValueError, match="critic_updates"):
+        tiny_gswgan(critic_updates="reset")

@@ -245,6 +245,9 @@ class PrivacyBudget(WritesAtTrainEnd):
             budget["neighbouring"] = {"relation": relation, "note": NEIGHBOURING[relation]}
         if getattr(pl_module, "log_private", False):
             budget["private_logs"] = PRIVATE_LOGS
+        caveats = getattr(pl_module, "privacy_caveats", [])
+        if caveats:  # where a method's option leaves its accounting's premise unproven
+            budget["caveats"] = caveats
         dm = getattr(trainer, "datamodule", None)
         if getattr(dm, "private_val", 0.0):  # eval.selection=private_val: which records the generator never read
             budget["records"] = {"generator": "the training records outside the private validation split",

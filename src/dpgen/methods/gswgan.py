@@ -32,13 +32,23 @@ from dpgen.privacy.ledger import PrivacyLedger
 log = logging.getLogger(__name__)
 
 MECHANISM = "gswgan_sanitizer"
+# What becomes of the drawn critic's updates after its step (docs/PRIVACY.md, GS-WGAN): "discarded", it goes back to
+# its warm-start state, so no critic's state depends on which critics earlier steps drew and every step is the
+# subsampled mechanism the accounting composes; "kept", the paper's loop, where it does depend on them.
+CRITIC_UPDATES = ("discarded", "kept")
+KEPT_CAVEAT = ("critic_updates=kept (the GS-WGAN paper's loop): the drawn critic keeps its updates, so a critic's state "
+               "depends on which critics earlier steps drew, which stays secret; the accounting composes each step as "
+               "a fresh draw of one critic and assumes it does not. This epsilon follows the paper's argument; it is "
+               "not a proven bound (docs/PRIVACY.md, GS-WGAN). critic_updates=discarded makes it one.")
 WARM_START, PARTIAL = "pretrained_critics.pt", "pretrained_critics.partial.pt"
 
 
 class GSWGAN(PrivateGenerator):
     """Per Lightning step (reference source/main.py): draw critic j uniformly; `critic_steps` WGAN-GP steps of
     critic j on batches of its shard against the current generator; then one generator step whose only
-    gradient is the sanitized d(-D_j(G(z, y)))/d G(z, y) of each of the `batch_size` samples; then the EMA.
+    gradient is the sanitized d(-D_j(G(z, y)))/d G(z, y) of each of the `batch_size` samples; then the EMA. With
+    critic_updates="discarded" (the default) critic j then goes back to its warm-start state (the reference
+    keeps its updates: "kept", which privacy.json flags).
 
     `net_g` (what `generator`, `sample` and the checkpoints release) is the EMA of the trained generator
     `net_train` (decay min(1 - 1/(t+1), 0.999), the reference's exp_mov_avg)."""
@@ -49,7 +59,7 @@ class GSWGAN(PrivateGenerator):
 
     def __init__(self, shape, num_classes, kind, z_dim: int = 10, batch_size: int = 32, n_discriminators: int = 1000,
                  critic_steps: int = 5, lr: float = 1e-4, betas: tuple[float, float] = (0.5, 0.9),
-                 ema_decay: float = 0.999, sanitizer: dict | None = None, critics: dict | None = None,
+                 ema_decay: float = 0.999, critic_updates: str = "discarded", sanitizer: dict | None = None, critics: dict | None = None,
                  pretrain: dict | None = None, pretrained_critics: str | None = None, generator: dict | None = None,
                  class_probs=None, seed: int = 0):
         if kind != "image":
@@ -58,6 +68,9 @@ class GSWGAN(PrivateGenerator):
         self.batch_size, self.n_discriminators = int(batch_size), int(n_discriminators)
         self.critic_steps, self.lr, self.betas, self.ema_decay = int(critic_steps), lr, tuple(betas), ema_decay
         self.seed = int(seed)
+        if critic_updates not in CRITIC_UPDATES:
+            raise ValueError(f"critic_updates must be one of {CRITIC_UPDATES}, got {critic_updates!r}")
+        self.critic_updates = critic_updates
         self.net_train = copy.deepcopy(self.net_g)
         self.sanitizer = SanitizerParams(n_discriminators=self.n_discriminators, **(sanitizer or {}))
         self.critics = CriticEnsemble(self.n_discriminators, self.shape, self.num_classes, lr=lr, betas=self.betas,
@@ -148,6 +161,10 @@ class GSWGAN(PrivateGenerator):
 
     # privacy
 
+    @property
+    def privacy_caveats(self) -> list[str]:
+        return [KEPT_CAVEAT] if self.critic_updates == "kept" else []
+
     def step_cost(self):
         if self._step_cost is None:  # known before the step, under both bounds
             self._step_cost = self.sanitizer.step_cost(self.batch_size)
@@ -157,6 +174,7 @@ class GSWGAN(PrivateGenerator):
 
     def training_step(self, batch, batch_idx):
         j = int(torch.randint(self.n_discriminators, (1,), generator=self.rng))  # the subsampling of the accounting
+        warm = self.critics.state_of(j) if self.critic_updates == "discarded" else None
         for _ in range(self.critic_steps):
             real_x, real_y = self.shard_batch(j, j + 1)
             # fakes with the shard's private labels: batch statistics, running statistics left as they were
@@ -168,10 +186,13 @@ class GSWGAN(PrivateGenerator):
         probe = fake.detach().requires_grad_(True)
         score = self.critics.score(j, probe, y)
         (grads,) = torch.autograd.grad(-score.sum(), probe)  # row i: d(-D_j(x_i)) / d x_i
+        if warm is not None:
+            self.critics.restore(j, warm)
         private, rdp = sanitize(grads, self.sanitizer, self.orders, self.rng)
         self.ledger.record(MECHANISM, rdp, params={
             "n_discriminators": self.n_discriminators, "batch_size": self.batch_size,
-            "noise_multiplier": self.sanitizer.noise_multiplier, "clip": self.sanitizer.clip})
+            "noise_multiplier": self.sanitizer.noise_multiplier, "clip": self.sanitizer.clip,
+            "critic_updates": self.critic_updates})
         opt = self.optimizers()
         opt.zero_grad()
         steps_before = self.global_step
