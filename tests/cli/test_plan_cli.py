@@ -13,7 +13,7 @@ from dpgen.cli.plan import main
 from dpgen.cli.train import build_datamodule, build_method
 from dpgen.data.split import stratified_split
 from dpgen.privacy.dpsgd import rdp_subsampled_gaussian
-from dpgen.privacy.gswgan import GSWGAN_ORDERS, rdp_sampled_wor_gaussian
+from dpgen.privacy.gswgan import GSWGAN_ORDERS, rdp_sampled_wor_gaussian, sound_pld_event
 from dpgen.privacy.laplace import rdp_laplace
 from dpgen.privacy import pld
 from dpgen.privacy.ledger import PrivacyLedger
@@ -184,14 +184,22 @@ def test_pategan_plan_charges_every_labelled_sample():
 
 def test_gswgan_plans_both_bounds_and_the_governing_one():
     overrides = ["method=gswgan", "method.module.n_discriminators=100", *MNIST]
-    result = main(overrides)  # B = 32, sigma 6.05
+    result = main([*overrides, "privacy.conversion=classical"])  # B = 32, sigma 6.05
     as_published = rdp_sampled_wor_gaussian(100, 6.05, 32, GSWGAN_ORDERS)
     sound = rdp_sampled_wor_gaussian(100, 6.05 / np.sqrt(32), 1, GSWGAN_ORDERS)
     for rdp, n in [(as_published, result["as_published_steps"]), (sound, result["sound_steps"])]:
         assert_largest(lambda g: eps_from_rdp(g * rdp, GSWGAN_ORDERS, 1e-5)[0], n, 1.0)
     assert result["governing"] == "sound" and result["best_case_steps"] == result["worst_case_steps"] == result["sound_steps"]
-    published = main([*overrides, "privacy.bound=as_published"])
+    published = main([*overrides, "privacy.bound=as_published", "privacy.conversion=classical"])
     assert published["best_case_steps"] == published["worst_case_steps"] == result["as_published_steps"]
+    # the default conversion, pld, prices the sound bound by its PLD and the paper's (no PLD) classically
+    default = main([*overrides, "method.module.sanitizer.noise_multiplier=20"])
+    event = sound_pld_event(100, 32, 20.0)
+    assert_largest(lambda g: pld.epsilon_pld([(event, g)], 1e-5), default["sound_steps"], 1.0)
+    assert default["sound_steps"] == default["worst_case_steps"] > 1199  # 1,199 by the RDP conversion
+    assert (default["sound_conversion"], default["as_published_conversion"]) == ("pld", "classical")
+    with pytest.raises(ValueError, match="describes the bounds"):
+        main([*overrides, "privacy.bound=as_published"])
     with pytest.raises(ValueError, match="not a GS-WGAN bound"):
         main([*overrides, "privacy.bound=nonsense"])
 

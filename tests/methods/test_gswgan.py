@@ -10,12 +10,13 @@ import pytest
 import torch
 
 from dpgen.aggregation.gradient_sanitizer import SanitizerParams, sanitize
-from dpgen.callbacks.privacy_budget import PrivacyBudget
+from dpgen.callbacks.privacy_budget import BudgetError, PrivacyBudget
 from dpgen.data.base import DPGenDataModule, TensorData
 from dpgen.methods import gswgan as gswgan_module
 from dpgen.methods.gswgan import GSWGAN, KEPT_CAVEAT, MECHANISM, PARTIAL, WARM_START
 from dpgen.nn.critic import CriticEnsemble, ProjectionCritic
-from dpgen.privacy.gswgan import GSWGAN_ORDERS, rdp_gswgan_step
+from dpgen.privacy.gswgan import GSWGAN_ORDERS, rdp_gswgan_step, sound_pld_event
+from dpgen.privacy.pld import epsilon_pld
 from dpgen.privacy.rdp import eps_from_rdp
 
 warnings.filterwarnings("ignore")
@@ -303,3 +304,33 @@ def test_the_drawn_critic_is_trained_before_its_gradient_and_then_reset_or_kept(
     assert report["mechanisms"][MECHANISM]["params"][0]["critic_updates"] == updates
     with pytest.raises(ValueError, match="critic_updates"):
         tiny_gswgan(critic_updates="reset")
+
+
+def test_sound_pld_numbers_of_the_docs():
+    """docs/RESULTS.md (GS-WGAN): 1,000 critics, B = 32; the PLD of the sound bound against its RDP conversion."""
+    assert sound_pld_event(1000, 32, 2.77) == {"kind": "replace_poisson_gaussian", "sample_rate": 1e-3,
+                                               "noise_multiplier": 2.77 / np.sqrt(32)}
+    rdp = rdp_gswgan_step(1000, 32, 2.77, GSWGAN_ORDERS)["sound"]
+    assert eps_from_rdp(rdp * 9116, GSWGAN_ORDERS, 1e-5)[0] == pytest.approx(10.0, abs=0.01)
+    assert epsilon_pld([(sound_pld_event(1000, 32, 2.77), 9116)], 1e-5) == pytest.approx(6.03, abs=0.01)
+    assert epsilon_pld([(sound_pld_event(1000, 32, 2.45), 9000)], 1e-5) == pytest.approx(9.79, abs=0.01)
+    assert epsilon_pld([(sound_pld_event(1000, 32, 4.8), 9000)], 1e-5) == pytest.approx(0.98, abs=0.01)
+
+
+def test_the_pld_budget_counts_the_sound_bound_and_needs_discarded_updates(tmp_path):
+    model = tiny_gswgan(sanitizer={"noise_multiplier": 3.0})
+    event = sound_pld_event(4, 8, 3.0)
+    fitting = max(k for k in range(1, 60) if epsilon_pld([(event, k)], 1e-5) <= 5.0)
+    assert fitting > 2  # the RDP conversion of the sound bound affords 2 (test_budget_stops_before_exceeding...)
+    trainer = fit(model, 60, [PrivacyBudget(5.0, 1e-5, bound="sound", conversion="pld")], root=tmp_path)
+    assert trainer.global_step == fitting + 1 and model.ledger.stop["discarded_steps"] == 1  # checked after a step
+    report = json.loads((tmp_path / "privacy.json").read_text())
+    assert report["conversion"] == "pld" and report["mechanisms"][MECHANISM]["count"] == fitting
+    assert report["epsilon"] == report["total"]["sound"]["pld"]["epsilon"] <= 5.0
+    assert "pld" not in report["total"]["as_published"]  # the event describes the sound bound only
+    with pytest.raises(BudgetError, match="sound"):
+        fit(tiny_gswgan(), 1, [PrivacyBudget(5.0, 1e-5, bound="as_published", conversion="pld")],
+            root=tmp_path / "published")
+    with pytest.raises(BudgetError, match="critic_updates=discarded"):
+        fit(tiny_gswgan(critic_updates="kept"), 1, [PrivacyBudget(5.0, 1e-5, bound="sound", conversion="pld")],
+            root=tmp_path / "kept")

@@ -128,3 +128,51 @@ def test_state_dict_keeps_the_events():
     del old["rdp"]["dpsgd"]["event"]  # a checkpoint written before events existed
     copy.load_state_dict(old)
     assert copy.pld_missing() == ["dpsgd"]
+
+
+def test_the_pld_composition_is_dp_accountings_accountant():
+    """epsilon_pld composes the PLDs itself (so that REPLACE_ONE pairs can join); for add-or-remove events it is
+    the PLDAccountant's composition, number for number."""
+    import dp_accounting
+    from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
+
+    accountant = PLDAccountant(value_discretization_interval=pld.DISCRETIZATION)
+    accountant.compose(dp_accounting.PoissonSampledDpEvent(0.01, dp_accounting.GaussianDpEvent(1.0)), 100)
+    accountant.compose(dp_accounting.GaussianDpEvent(2.0), 3)
+    events = [(pld.dpsgd_event(0.01, 1.0), 100), ({"kind": "gaussian", "noise_multiplier": 2.0}, 3)]
+    assert pld.epsilon_pld(events, DELTA) == accountant.get_epsilon(DELTA)
+
+
+def mixture_delta(eps, q, s, sign):
+    """H_{e^eps}(P || Q) by quadrature for P = q N(-sign, s^2) + (1-q) N(0, s^2), Q = q N(sign, s^2) + (1-q) N(0, s^2)."""
+    from scipy.integrate import quad
+    from scipy.stats import norm
+
+    def p(x):
+        return q * norm.pdf(x, -sign, s) + (1 - q) * norm.pdf(x, 0, s)
+
+    def r(x):
+        return q * norm.pdf(x, sign, s) + (1 - q) * norm.pdf(x, 0, s)
+
+    return quad(lambda x: max(0.0, p(x) - math.exp(eps) * r(x)), -12 * s - 2, 12 * s + 2, points=[-1, 0, 1],
+                limit=400, epsabs=1e-15, epsrel=1e-12)[0]
+
+
+@pytest.mark.parametrize("eps", [0.3, 1.0, 2.5])
+def test_the_replace_event_is_the_pair_of_docs_privacy_and_dominates_the_amplified_profile(eps):
+    """docs/PRIVACY.md (GS-WGAN): the event is q N(-1) + (1-q) N(0) against q N(1) + (1-q) N(0), symmetric, and its
+    profile is at least q delta_G(gamma), gamma = 1 + (e^eps - 1) / q, delta_G that of N(-1) against N(0): the bound
+    advanced joint convexity gives for the step it stands for."""
+    q, s = 0.1, 1.0
+    exact = mixture_delta(eps, q, s, 1.0)
+    assert exact == pytest.approx(mixture_delta(eps, q, s, -1.0), rel=1e-9)  # symmetric: (Q || P) the same
+    ours = pld.epsilon_pld([({"kind": "replace_poisson_gaussian", "sample_rate": q, "noise_multiplier": s}, 1)], exact)
+    assert eps - 1e-6 <= ours <= eps + 0.01  # pessimistic discretization: above, and close
+    base = math.log1p((math.exp(eps) - 1) / q)
+    mu = 1.0 / s
+    delta_g = norm_cdf(-base / mu + mu / 2) - math.exp(base) * norm_cdf(-base / mu - mu / 2)
+    assert exact >= q * delta_g * (1 - 1e-9)
+
+
+def norm_cdf(x):
+    return 0.5 * math.erfc(-x / math.sqrt(2))

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from dpgen.privacy.cost import StepCost
-from dpgen.privacy.gswgan import BOUND_ALIASES, GSWGAN_ORDERS, rdp_gswgan_step
+from dpgen.privacy.gswgan import BOUND_ALIASES, GSWGAN_ORDERS, PLD_BOUNDS, rdp_gswgan_step, sound_pld_event
 
 
 @dataclass(frozen=True)
@@ -33,9 +33,16 @@ class SanitizerParams:
         """RDP of one sanitized batch under both bounds (dpgen.privacy.gswgan)."""
         return rdp_gswgan_step(self.n_discriminators, batch_size, self.noise_multiplier, orders)
 
-    def step_cost(self, batch_size: int) -> StepCost:
-        """One GS-WGAN generator step: one sanitized batch, known in advance under both bounds."""
-        return StepCost(self.rdp(batch_size, GSWGAN_ORDERS), GSWGAN_ORDERS, aliases=BOUND_ALIASES)
+    def pld_event(self, batch_size: int) -> dict:
+        """The PLD event of one sanitized batch under the sound bound (dpgen.privacy.gswgan.sound_pld_event)."""
+        return sound_pld_event(self.n_discriminators, batch_size, self.noise_multiplier)
+
+    def step_cost(self, batch_size: int, pld: bool = True) -> StepCost:
+        """One GS-WGAN generator step: one sanitized batch, known in advance under both bounds; with `pld`, its
+        PLD event too (only where each step is the subsampled mechanism, critic_updates="discarded")."""
+        events = ((self.pld_event(batch_size), 1),) if pld else ()
+        return StepCost(self.rdp(batch_size, GSWGAN_ORDERS), GSWGAN_ORDERS, aliases=BOUND_ALIASES,
+                        pld_events=events, pld_bounds=PLD_BOUNDS)
 
 
 def sanitize(grads: torch.Tensor, p: SanitizerParams, orders: np.ndarray, generator: torch.Generator | None = None):

@@ -124,7 +124,8 @@ class PrivacyBudget(WritesAtTrainEnd):
         costs less). Nothing to check while the method does not know its step cost yet."""
         if self.conversion == "pld" and not getattr(pl_module, "pld_ready", False):
             raise BudgetError("privacy.conversion=pld needs every release to be a Gaussian or a Poisson-subsampled "
-                              "Gaussian: methods dpgan, dpcgan, pate_triplegan (with method.module.accounting=rdp)")
+                              "Gaussian: methods dpgan, dpcgan, pate_triplegan (with method.module.accounting=rdp), "
+                              "gswgan (with method.module.critic_updates=discarded)")
         cost = pl_module.step_cost()
         if cost is None:
             return

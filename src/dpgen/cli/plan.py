@@ -25,6 +25,7 @@ from dpgen.privacy.dpsgd import noise_multiplier_of
 from dpgen.privacy.gaussian import gaussian_sigma
 from dpgen.privacy.gswgan import BOUND_ALIASES as GSWGAN_ALIASES
 from dpgen.privacy.gswgan import BOUNDS as GSWGAN_BOUNDS
+from dpgen.privacy.gswgan import PLD_BOUNDS as GSWGAN_PLD_BOUNDS
 from dpgen.privacy.ledger import STANDARD_BOUNDS
 from dpgen.privacy.plan import MAX_STEPS
 from dpgen.privacy.rdp import DEFAULT_ORDERS
@@ -105,15 +106,20 @@ def plan_pategan(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
 
 def plan_gswgan(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
     """One step: one of N_D critics drawn, B sanitized gradients (Chen et al. 2020 Sec. 3.2), priced under both
-    bounds (privacy/gswgan.py); privacy.bound=as_published governs with the paper's, any other with the sound one."""
+    bounds (privacy/gswgan.py); privacy.bound=as_published governs with the paper's, any other with the sound one.
+    Under privacy.conversion=pld the paper's bound, which has no PLD, is priced by the classical conversion."""
     module, p = cfg.method.module, cfg.privacy
     if p.bound not in STANDARD_BOUNDS + GSWGAN_BOUNDS:
         raise ValueError(f"privacy.bound={p.bound} is not a GS-WGAN bound ({STANDARD_BOUNDS + GSWGAN_BOUNDS})")
     sanitizer = SanitizerParams(n_discriminators=module.n_discriminators, **module.sanitizer)
-    cost = sanitizer.step_cost(module.batch_size)
+    cost = sanitizer.step_cost(module.batch_size, pld=module.critic_updates == "discarded")
+    conversions = {bound: p.conversion if p.conversion != "pld" or bound in GSWGAN_PLD_BOUNDS else "classical"
+                   for bound in GSWGAN_BOUNDS}
     return cost, {"mechanism": "gswgan_sanitizer", "n_discriminators": module.n_discriminators,
                   "batch_size": module.batch_size, "noise_multiplier": sanitizer.noise_multiplier, "clip": sanitizer.clip,
-                  **{f"{bound}_steps": cost.steps(p.epsilon, p.delta, bound, p.conversion) for bound in GSWGAN_BOUNDS},
+                  "critic_updates": module.critic_updates,
+                  **{f"{bound}_steps": cost.steps(p.epsilon, p.delta, bound, conversions[bound]) for bound in GSWGAN_BOUNDS},
+                  **{f"{bound}_conversion": conversions[bound] for bound in GSWGAN_BOUNDS},
                   "governing": GSWGAN_ALIASES.get(p.bound, p.bound)}
 
 

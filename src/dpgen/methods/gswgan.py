@@ -26,7 +26,7 @@ from dpgen.data.partition import TeacherRecords, draw_batches, padded_table, par
 from dpgen.files import atomic_write
 from dpgen.methods.base import PrivateGenerator, running_stats_kept
 from dpgen.nn.critic import CriticEnsemble
-from dpgen.privacy.gswgan import BOUND_ALIASES, GSWGAN_ORDERS
+from dpgen.privacy.gswgan import BOUND_ALIASES, GSWGAN_ORDERS, PLD_BOUNDS
 from dpgen.privacy.ledger import PrivacyLedger
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ class GSWGAN(PrivateGenerator):
         self.pretrained_critics = pretrained_critics
         self.register_buffer("pretrained", torch.zeros((), dtype=torch.bool))
         self.orders = GSWGAN_ORDERS
-        self.ledger = PrivacyLedger(self.orders, aliases=BOUND_ALIASES)
+        self.ledger = PrivacyLedger(self.orders, aliases=BOUND_ALIASES, pld_bounds=PLD_BOUNDS)
         self.rng = secret_generator()  # choice of critic, batches and sanitizer noise (aggregation/noise.py)
         self.shards: torch.Tensor | None = None
         self.shard_sizes: torch.Tensor | None = None
@@ -165,9 +165,14 @@ class GSWGAN(PrivateGenerator):
     def privacy_caveats(self) -> list[str]:
         return [KEPT_CAVEAT] if self.critic_updates == "kept" else []
 
+    @property
+    def pld_ready(self) -> bool:
+        """The PLD of the sound bound holds where each step is the subsampled mechanism (docs/PRIVACY.md)."""
+        return self.critic_updates == "discarded"
+
     def step_cost(self):
         if self._step_cost is None:  # known before the step, under both bounds
-            self._step_cost = self.sanitizer.step_cost(self.batch_size)
+            self._step_cost = self.sanitizer.step_cost(self.batch_size, pld=self.pld_ready)
         return self._step_cost
 
     # training
@@ -189,7 +194,8 @@ class GSWGAN(PrivateGenerator):
         if warm is not None:
             self.critics.restore(j, warm)
         private, rdp = sanitize(grads, self.sanitizer, self.orders, self.rng)
-        self.ledger.record(MECHANISM, rdp, params={
+        event = self.sanitizer.pld_event(self.batch_size) if self.pld_ready else None
+        self.ledger.record(MECHANISM, rdp, event=event, params={
             "n_discriminators": self.n_discriminators, "batch_size": self.batch_size,
             "noise_multiplier": self.sanitizer.noise_multiplier, "clip": self.sanitizer.clip,
             "critic_updates": self.critic_updates})

@@ -26,13 +26,14 @@ class StepCost:
     best: Mapping | None = None  # a lower bound on any step (cheapest votes, no query answered); None: always `worst`
     aliases: Mapping = field(default_factory=dict)  # the method ledger's bound aliases
     pld_events: tuple = ()    # ((PLD event, count), ...) of one step when all of it is Gaussian (conversion=pld)
+    pld_bounds: tuple | None = None  # the bounds those events describe (None: all; the ledger's pld_bounds)
     # a release made once before training, in the same format: G-PATE's class ratio (RDP), DP-MERF's mean
     # embedding ({"gdp_mu": mu})
     upfront: Mapping | None = None
 
     def ledger(self) -> PrivacyLedger:
         """A ledger holding what a run has spent before its first step."""
-        ledger = PrivacyLedger(self.orders, aliases=self.aliases)
+        ledger = PrivacyLedger(self.orders, aliases=self.aliases, pld_bounds=self.pld_bounds)
         upfront = dict(self.upfront or {})
         mu = float(upfront.pop(GDP_EXTRA, 0.0))
         if upfront:
@@ -49,6 +50,7 @@ class StepCost:
             if not self.pld_events or self.upfront is not None:
                 raise ValueError("privacy.conversion=pld needs every release to be a Gaussian or a Poisson-subsampled "
                                  "Gaussian")
+            self.ledger().check_pld_bound(bound)
             mu = math.sqrt(n) * float(cost.get(GDP_EXTRA, 0.0))  # n mu-GDP: sqrt(n) mu (Dong et al. 2022 Cor. 3.3)
             return epsilon_pld(compose_gdp([(event, n * count) for event, count in self.pld_events], mu), delta)
         if conversion == "gdp" and set(cost) - {GDP_EXTRA}:

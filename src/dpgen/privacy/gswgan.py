@@ -23,6 +23,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from .pld import check_event
 from .rdp import as_orders
 
 # Fewer orders than DEFAULT_ORDERS: the without-replacement bound costs O(order^2) per order, and the
@@ -30,6 +31,7 @@ from .rdp import as_orders
 GSWGAN_ORDERS = np.concatenate([[1.1, 1.25, 1.5, 1.75], np.arange(2.0, 21.0), [24, 28, 32, 40, 48, 64, 96, 128, 256]])
 
 BOUNDS = ("as_published", "sound")
+PLD_BOUNDS = ("sound",)  # the bound the PLD event describes (`sound_pld_event`)
 # privacy.bound names a method without a data-dependent bound may be given: both mean the sound bound here.
 BOUND_ALIASES = {"data_dependent": "sound", "data_independent": "sound"}
 
@@ -66,3 +68,13 @@ def rdp_gswgan_step(n_discriminators: int, batch_size: int, noise_multiplier: fl
         "as_published": rdp_sampled_wor_gaussian(n_discriminators, noise_multiplier, batch_size, orders),
         "sound": rdp_sampled_wor_gaussian(n_discriminators, noise_multiplier / np.sqrt(batch_size), 1, orders),
     }
+
+
+def sound_pld_event(n_discriminators: int, batch_size: int, noise_multiplier: float) -> dict:
+    """The PLD event of one step under the sound bound: dp_accounting's Poisson-subsampled Gaussian pair under
+    REPLACE_ONE at rate 1 / N_D and noise multiplier sigma / sqrt(B) dominates the step when no critic's state
+    depends on earlier draws (critic_updates="discarded"; the derivation is in docs/PRIVACY.md, GS-WGAN)."""
+    if int(batch_size) != batch_size or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
+    return check_event({"kind": "replace_poisson_gaussian", "sample_rate": 1.0 / n_discriminators,
+                        "noise_multiplier": noise_multiplier / np.sqrt(batch_size)})

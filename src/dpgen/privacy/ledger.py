@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -65,11 +65,14 @@ class PrivacyLedger:
     `conversion="pld"` composes the privacy loss distributions of all releases (GDP ones as Gaussians), allowed
     only when every RDP release has an event and no GDP release is asymptotic. It prices no hypothetical
     `extra` step: budgets under it are checked after each step (PrivacyBudget rolls an over-budget step back).
+    `pld_bounds`: the bounds the events describe (None: all; GS-WGAN's describe "sound", not "as_published").
     """
 
-    def __init__(self, orders=DEFAULT_ORDERS, aliases: Mapping[str, str] | None = None):
+    def __init__(self, orders=DEFAULT_ORDERS, aliases: Mapping[str, str] | None = None,
+                 pld_bounds: Sequence[str] | None = None):
         self.orders = as_orders(orders).copy()
         self.aliases = dict(aliases or {})
+        self.pld_bounds = None if pld_bounds is None else tuple(pld_bounds)
         self._rdp: dict[str, dict] = {}
         self._gdp: dict[str, dict] = {}
         self.stop: dict | None = None
@@ -199,6 +202,7 @@ class PrivacyLedger:
         if conversion == "pld":
             if extra:
                 raise ValueError("conversion='pld' prices no hypothetical step: check the budget after the step")
+            self.check_pld_bound(bound)
             return pld.epsilon_pld(self.pld_events(), delta), None
         if conversion == "gdp":
             if self._rdp or set(extra or ()) - {GDP_EXTRA}:
@@ -206,6 +210,13 @@ class PrivacyLedger:
             mu = float(np.hypot(self.mu(), float((extra or {}).get(GDP_EXTRA, 0.0))))
             return eps_from_gdp(mu, delta), None
         return eps_from_rdp(self.rdp(bound, extra), self.orders, delta, conversion)
+
+    def has_pld(self, bound: str) -> bool:
+        return self.pld_bounds is None or self.resolve_bound(bound) in self.pld_bounds
+
+    def check_pld_bound(self, bound: str) -> None:
+        if not self.has_pld(bound):
+            raise ValueError(f"conversion='pld' describes the bounds {list(self.pld_bounds)} only, not {bound!r}")
 
     def pld_missing(self) -> list[str]:
         """Mechanisms that keep conversion='pld' out: RDP releases without an event, asymptotic GDP ones."""
@@ -250,7 +261,7 @@ class PrivacyLedger:
             if entry["event"] is not None:  # GDP mechanisms below have their exact "gdp" entry instead
                 mechanisms[name]["pld_event"] = entry["event"]
                 eps = pld.epsilon_pld(self.pld_events([name]), delta)
-                for bound in self.bounds:
+                for bound in filter(self.has_pld, self.bounds):
                     mechanisms[name]["epsilon"][bound]["pld"] = {"epsilon": eps, "order": None}
         for name, entry in self._gdp.items():
             mu = float(np.sqrt(entry["mu_squared"]))
@@ -271,6 +282,8 @@ class PrivacyLedger:
         for bound in self.bounds:
             total[bound] = {}
             for conversion in conversions:
+                if conversion == "pld" and not self.has_pld(bound):
+                    continue
                 eps, order = (pld_total, None) if conversion == "pld" else self.epsilon(delta, bound, conversion)
                 total[bound][conversion] = {"epsilon": eps, "order": order}
         return {"delta": delta, "mechanisms": mechanisms, "total": total}

@@ -5,17 +5,22 @@ RDP overstates epsilon badly at small noise (PATE-TripleGAN's DP-SGD noise 0.4);
 composed exactly up to a pessimistic discretization, so its epsilon is an upper bound, not an approximation like
 the central-limit mu of Bu et al. 2020. A release is described by a plain dict (kept in ledgers and checkpoints):
   {"kind": "gaussian", "noise_multiplier": s}                         N(0, (s * sensitivity)^2) added once;
-  {"kind": "poisson_gaussian", "sample_rate": q, "noise_multiplier": s}  one DP-SGD step (Poisson rate q).
+  {"kind": "poisson_gaussian", "sample_rate": q, "noise_multiplier": s}  one DP-SGD step (Poisson rate q);
+  {"kind": "replace_poisson_gaussian", "sample_rate": q, "noise_multiplier": s}  dp_accounting's Poisson-subsampled
+      Gaussian pair under REPLACE_ONE, q N(-1) + (1-q) N(0) against q N(1) + (1-q) N(0) (std s): a step it dominates
+      (GS-WGAN's, docs/PRIVACY.md) composes with the others as that pair.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from .dpsgd import check_sampled_gaussian
 from .rdp import check_delta
 
-KINDS = {"gaussian": ("noise_multiplier",), "poisson_gaussian": ("sample_rate", "noise_multiplier")}
+KINDS = {"gaussian": ("noise_multiplier",), "poisson_gaussian": ("sample_rate", "noise_multiplier"),
+         "replace_poisson_gaussian": ("sample_rate", "noise_multiplier")}
 # Pessimistic discretization of the privacy loss: epsilon stays an upper bound, a little above the exact value.
 # Measured against 1e-4 (3-12x slower): +4e-5 at PATE-TripleGAN's paper settings (300 steps, eps 9.13), +0.03
 # at DP-GAN's (16,160 steps at q = 64/60000, sigma 1.1, eps 0.56).
@@ -52,19 +57,27 @@ def dpsgd_event(sample_rate: float, noise_multiplier: float) -> dict:
     return check_event({"kind": "poisson_gaussian", "sample_rate": sample_rate, "noise_multiplier": noise_multiplier})
 
 
-def _dp_event(event: dict):
-    import dp_accounting  # imported here: loads in about a second, and only PLD users need it
+def _pld_of(event: dict, count: int):
+    """The PLD of `count` releases of `event`, as dp_accounting's PLDAccountant composes its DpEvents: a Gaussian
+    `count` times is one Gaussian of std s / sqrt(count); a subsampled one is self-composed."""
+    # imported here: dp_accounting loads in about a second, and only PLD users need it
+    from dp_accounting import NeighboringRelation
+    from dp_accounting.pld.privacy_loss_distribution import from_gaussian_mechanism
 
-    gaussian = dp_accounting.GaussianDpEvent(event["noise_multiplier"])
+    s = event["noise_multiplier"]
     if event["kind"] == "gaussian":
-        return gaussian
-    return dp_accounting.PoissonSampledDpEvent(event["sample_rate"], gaussian)
+        return from_gaussian_mechanism(s / math.sqrt(count), value_discretization_interval=DISCRETIZATION)
+    relation = (NeighboringRelation.REPLACE_ONE if event["kind"] == "replace_poisson_gaussian"
+                else NeighboringRelation.ADD_OR_REMOVE_ONE)
+    return from_gaussian_mechanism(s, value_discretization_interval=DISCRETIZATION, sampling_prob=event["sample_rate"],
+                                   neighboring_relation=relation).self_compose(count)
 
 
 def epsilon_pld(events: Iterable[tuple[dict, int]], delta: float) -> float:
     """Smallest eps such that the composition of `count` releases of each event is (eps, delta)-DP
-    (add-or-remove-one neighbours, as Opacus' DP-SGD accountants)."""
-    from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
+    (add-or-remove-one neighbours, as Opacus' DP-SGD accountants; a replace_poisson_gaussian event is the pair
+    that dominates its step under them)."""
+    from dp_accounting.pld.privacy_loss_distribution import identity
 
     delta = check_delta(delta)
     composed = []
@@ -75,10 +88,10 @@ def epsilon_pld(events: Iterable[tuple[dict, int]], delta: float) -> float:
             composed.append((check_event(event), int(count)))
     if any(event["noise_multiplier"] < MIN_NOISE_MULTIPLIER for event, _ in composed):
         return float("inf")
-    accountant = PLDAccountant(value_discretization_interval=DISCRETIZATION)
+    total = identity(value_discretization_interval=DISCRETIZATION)
     for event, count in composed:
-        accountant.compose(_dp_event(event), count)
-    return max(float(accountant.get_epsilon(delta)), 0.0)
+        total = total.compose(_pld_of(event, count))
+    return max(float(total.get_epsilon_for_delta(delta)), 0.0)
 
 
 def compose_gdp(events: Iterable[tuple[dict, int]], mu: float) -> list[tuple[dict, int]]:
