@@ -323,7 +323,8 @@ def test_the_pld_budget_counts_the_sound_bound_and_needs_discarded_updates(tmp_p
     fitting = max(k for k in range(1, 60) if epsilon_pld([(event, k)], 1e-5) <= 5.0)
     assert fitting > 2  # the RDP conversion of the sound bound affords 2 (test_budget_stops_before_exceeding...)
     trainer = fit(model, 60, [PrivacyBudget(5.0, 1e-5, bound="sound", conversion="pld")], root=tmp_path)
-    assert trainer.global_step == fitting + 1 and model.ledger.stop["discarded_steps"] == 1  # checked after a step
+    # every step costs the same: the budget plans the steps once and stops before the one that would exceed
+    assert trainer.global_step == fitting and model.ledger.stop["discarded_steps"] == 0
     report = json.loads((tmp_path / "privacy.json").read_text())
     assert report["conversion"] == "pld" and report["mechanisms"][MECHANISM]["count"] == fitting
     assert report["epsilon"] == report["total"]["sound"]["pld"]["epsilon"] <= 5.0
@@ -334,3 +335,17 @@ def test_the_pld_budget_counts_the_sound_bound_and_needs_discarded_updates(tmp_p
     with pytest.raises(BudgetError, match="critic_updates=discarded"):
         fit(tiny_gswgan(critic_updates="kept"), 1, [PrivacyBudget(5.0, 1e-5, bound="sound", conversion="pld")],
             root=tmp_path / "kept")
+
+
+def test_a_step_that_releases_other_than_its_cost_announced_is_checked_after_it(tmp_path, monkeypatch):
+    """The budget's fixed-cost PLD plan holds only while the ledger holds what the plan expects; a step that
+    releases something else (here: less noise than announced) sends the run back to a PLD check after each step."""
+    model = tiny_gswgan(sanitizer={"noise_multiplier": 3.0})
+    model.step_cost()  # announced at noise 3 (4 steps would fit eps 5), then the releases recorded at noise 2.5
+    monkeypatch.setattr(SanitizerParams, "pld_event", lambda self, b: sound_pld_event(4, b, 2.5))
+    dearer = sound_pld_event(4, 8, 2.5)
+    fitting = max(k for k in range(1, 60) if epsilon_pld([(dearer, k)], 1e-5) <= 5.0)
+    assert fitting == 2
+    trainer = fit(model, 60, [PrivacyBudget(5.0, 1e-5, bound="sound", conversion="pld")], root=tmp_path)
+    assert trainer.global_step == fitting + 1 and model.ledger.stop["discarded_steps"] == 1  # rolled back
+    assert json.loads((tmp_path / "privacy.json").read_text())["epsilon"] <= 5.0

@@ -11,6 +11,8 @@ import torch
 from dpgen.callbacks.release import WritesAtTrainEnd
 from dpgen.files import atomic_write_text
 from dpgen.privacy.ledger import ALL_CONVERSIONS, NEIGHBOURING, PrivacyLedger
+from dpgen.privacy.plan import largest_fitting
+from dpgen.privacy.pld import epsilon_pld, merged
 from dpgen.privacy.rdp import check_delta
 
 LEDGER_KEY = "privacy_ledger"
@@ -28,6 +30,9 @@ def rounded_up(value: float, digits: int = 3) -> float:
     if shown < value:  # rounded down: one unit more in the last digit
         shown = float(f"{shown + 10.0 ** (math.floor(math.log10(shown)) - digits + 1):.{digits}g}")
     return shown
+
+
+PLAN_LOG_EVERY = 100  # the fixed-cost PLD path logs the spent epsilon every this many steps (a PLD each: ~0.2 s)
 
 
 class BudgetError(ValueError):
@@ -59,6 +64,10 @@ class PrivacyBudget(WritesAtTrainEnd):
         request).
       - before each batch: if eps(ledger + step_cost().worst) > epsilon, request the stop; the step is
         skipped through the module hook above.
+      - conversion="pld" with a fixed step cost (StepCost with PLD events and no best case: DP-GAN, DP-CGAN,
+        GS-WGAN): the steps that fit are found once at train start (`_plan_fixed_pld`), the run stops before the
+        first step beyond them, and after each step the ledger's events are compared with the plan's (no PLD
+        computed); a step that released anything else drops the plan for the check below.
       - after each batch: if eps(ledger) > epsilon (possible when the cost is only known afterwards, e.g.
         data-dependent PATE, whose `step_cost()` announces no data-dependent worst case, or conversion="pld"),
         restore the released state (above), the optimizers and the ledger to the last in-budget snapshot and stop;
@@ -94,6 +103,7 @@ class PrivacyBudget(WritesAtTrainEnd):
         self._optimizer_snapshot: list[dict] | None = None
         self._ledger_snapshot: dict | None = None
         self._restored = False
+        self._pld_plan: dict | None = None  # the fixed-cost PLD path: steps left and the ledger's events expected
 
     # budget arithmetic
 
@@ -116,6 +126,32 @@ class PrivacyBudget(WritesAtTrainEnd):
         cost = pl_module.step_cost()
         cost = None if cost is None else cost.worst
         return cost if cost is not None and (self.governing(pl_module.ledger) in cost or "gdp_mu" in cost) else None
+
+    def _plan_fixed_pld(self, trainer, pl_module) -> dict | None:
+        """Under conversion="pld", for a method whose every step is the same announced releases (a StepCost with
+        PLD events and no best case): how many more steps fit after what the ledger holds, found once by bisection
+        on the PLD of the ledger's events plus n steps' (the same composition the ledger will hold after n steps),
+        instead of a PLD after every step. None otherwise."""
+        cost = pl_module.step_cost() if self.conversion == "pld" else None
+        if cost is None or cost.best is not None or not cost.pld_events or cost.upfront is not None:
+            return None
+        pl_module.ledger.check_pld_bound(self.bound)
+        held = pl_module.ledger.pld_events()
+
+        def after(n: int) -> list:
+            return held + [(event, n * count) for event, count in cost.pld_events]
+
+        def fits(n: int) -> bool:
+            return epsilon_pld(after(n), self.delta) <= self.epsilon
+
+        remaining = trainer.max_steps - trainer.global_step if trainer.max_steps > 0 else None
+        left = remaining if remaining is not None and fits(remaining) else largest_fitting(fits)  # no PLD of 10^12
+        return {"left": left, "taken": 0, "after": after}
+
+    def _on_plan(self, ledger: PrivacyLedger) -> bool:
+        """Whether the ledger holds exactly the releases the fixed-cost plan expects (cheap: no PLD computed)."""
+        plan = self._pld_plan
+        return merged(ledger.pld_events()) == merged(plan["after"](plan["taken"]))
 
     def _check_budget(self, pl_module):
         """BudgetError when the conversion does not fit the method, or when no step can fit the budget after what the
@@ -199,10 +235,17 @@ class PrivacyBudget(WritesAtTrainEnd):
         else:
             self._take_snapshot(trainer, pl_module)
         ledger.stop = None
+        self._pld_plan = self._plan_fixed_pld(trainer, pl_module)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         ledger = getattr(pl_module, "ledger", None)
         if ledger is None:
+            return
+        plan = self._pld_plan
+        if plan is not None:
+            if plan["taken"] >= plan["left"]:
+                self._stop(trainer, pl_module, f"budget: the next step would exceed epsilon={self.epsilon:g} "
+                           f"(spent {self.spent(ledger):.6g} under {self.governing(ledger)}); stopped before it", 0)
             return
         cost = self._known_cost(pl_module)
         if cost is not None and self._over(ledger, cost):
@@ -213,6 +256,14 @@ class PrivacyBudget(WritesAtTrainEnd):
         ledger = getattr(pl_module, "ledger", None)
         if ledger is None:
             return
+        if self._pld_plan is not None:
+            self._pld_plan["taken"] += 1
+            if self._on_plan(ledger):  # within the budget by the plan: no PLD to compute
+                self._take_snapshot(trainer, pl_module)
+                if self._pld_plan["taken"] % PLAN_LOG_EVERY == 1:  # the spent epsilon now and then, for the logs
+                    pl_module.log("epsilon", self.spent(ledger), prog_bar=True)
+                return
+            self._pld_plan = None  # the step released what its cost did not announce: check it as any other
         spent = self.spent(ledger)
         if spent > self.epsilon:
             self._restore_snapshot(trainer, pl_module)
@@ -279,3 +330,4 @@ class PrivacyBudget(WritesAtTrainEnd):
         ledger = getattr(pl_module, "ledger", None)
         if ledger is not None and LEDGER_KEY in checkpoint:
             ledger.load_state_dict(checkpoint[LEDGER_KEY])
+

@@ -76,22 +76,30 @@ def _pld_of(event: dict, count: int):
 def epsilon_pld(events: Iterable[tuple[dict, int]], delta: float) -> float:
     """Smallest eps such that the composition of `count` releases of each event is (eps, delta)-DP
     (add-or-remove-one neighbours, as Opacus' DP-SGD accountants; a replace_poisson_gaussian event is the pair
-    that dominates its step under them)."""
+    that dominates its step under them). Equal events are composed as one, their counts added, so that the
+    epsilon of n steps does not depend on how the releases were grouped."""
     from dp_accounting.pld.privacy_loss_distribution import identity
 
     delta = check_delta(delta)
-    composed = []
-    for event, count in events:
-        if int(count) != count or count < 0:
-            raise ValueError(f"count must be a non-negative integer, got {count}")
-        if count:
-            composed.append((check_event(event), int(count)))
+    composed = [(dict(key), count) for key, count in merged(events).items()]
     if any(event["noise_multiplier"] < MIN_NOISE_MULTIPLIER for event, _ in composed):
         return float("inf")
     total = identity(value_discretization_interval=DISCRETIZATION)
     for event, count in composed:
         total = total.compose(_pld_of(event, count))
     return max(float(total.get_epsilon_for_delta(delta)), 0.0)
+
+
+def merged(events: Iterable[tuple[dict, int]]) -> dict[tuple, int]:
+    """(event, count) pairs as {event's items: total count}, counts of 0 left out: equal releases compose as one."""
+    counts: dict[tuple, int] = {}
+    for event, count in events:
+        if int(count) != count or count < 0:
+            raise ValueError(f"count must be a non-negative integer, got {count}")
+        if count:
+            key = tuple(check_event(event).items())
+            counts[key] = counts.get(key, 0) + int(count)
+    return counts
 
 
 def compose_gdp(events: Iterable[tuple[dict, int]], mu: float) -> list[tuple[dict, int]]:
