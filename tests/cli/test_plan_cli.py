@@ -200,6 +200,8 @@ def test_gswgan_plans_both_bounds_and_the_governing_one():
     assert (default["sound_conversion"], default["as_published_conversion"]) == ("pld", "classical")
     with pytest.raises(ValueError, match="describes the bounds"):
         main([*overrides, "privacy.bound=as_published"])
+    with pytest.raises(ValueError, match="critic_updates=discarded"):  # the PLD needs the per-step structure
+        main([*overrides, "method.module.critic_updates=kept"])
     with pytest.raises(ValueError, match="not a GS-WGAN bound"):
         main([*overrides, "privacy.bound=nonsense"])
 

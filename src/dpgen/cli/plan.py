@@ -111,6 +111,10 @@ def plan_gswgan(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
     module, p = cfg.method.module, cfg.privacy
     if p.bound not in STANDARD_BOUNDS + GSWGAN_BOUNDS:
         raise ValueError(f"privacy.bound={p.bound} is not a GS-WGAN bound ({STANDARD_BOUNDS + GSWGAN_BOUNDS})")
+    if p.conversion == "pld" and module.critic_updates != "discarded":
+        raise ValueError("privacy.conversion=pld needs method.module.critic_updates=discarded (the PLD holds where "
+                         "each step is the subsampled mechanism, docs/PRIVACY.md); with kept use "
+                         "privacy.conversion=classical")
     sanitizer = SanitizerParams(n_discriminators=module.n_discriminators, **module.sanitizer)
     cost = sanitizer.step_cost(module.batch_size, pld=module.critic_updates == "discarded")
     conversions = {bound: p.conversion if p.conversion != "pld" or bound in GSWGAN_PLD_BOUNDS else "classical"
@@ -170,7 +174,7 @@ def plan(cfg: DictConfig) -> dict:
     cost, params = PLANNERS[cfg.method.name](cfg, facts)
     if p.conversion == "pld" and not cost.pld_events:
         raise ValueError(f"privacy.conversion=pld needs every release to be a (subsampled) Gaussian: methods "
-                         f"dpgan, dpcgan, pate_triplegan, not {cfg.method.name}")
+                         f"dpgan, dpcgan, pate_triplegan, gswgan, not {cfg.method.name}")
     steps = {case: cost.steps(p.epsilon, p.delta, p.bound, p.conversion, case) for case in ("best", "worst")}
     return {"method": cfg.method.name, "data": cfg.data.name, "epsilon": p.epsilon, "delta": p.delta,
             "conversion": p.conversion, "governing_bound": p.bound, "max_steps": cfg.method.max_steps, **facts,
