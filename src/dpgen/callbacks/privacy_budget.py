@@ -330,4 +330,3 @@ class PrivacyBudget(WritesAtTrainEnd):
         ledger = getattr(pl_module, "ledger", None)
         if ledger is not None and LEDGER_KEY in checkpoint:
             ledger.load_state_dict(checkpoint[LEDGER_KEY])
-

@@ -60,10 +60,14 @@ def _one_event(population: int, noise_multiplier: float, orders: tuple) -> np.nd
     return np.asarray(accountant.rdp, dtype=float).copy()
 
 
-def rdp_gswgan_step(n_discriminators: int, batch_size: int, noise_multiplier: float, orders) -> dict:
-    """RDP of one GS-WGAN generator step under both bounds: {"as_published": ..., "sound": ...}."""
+def check_batch_size(batch_size: int) -> None:
     if int(batch_size) != batch_size or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
+
+
+def rdp_gswgan_step(n_discriminators: int, batch_size: int, noise_multiplier: float, orders) -> dict:
+    """RDP of one GS-WGAN generator step under both bounds: {"as_published": ..., "sound": ...}."""
+    check_batch_size(batch_size)
     return {
         "as_published": rdp_sampled_wor_gaussian(n_discriminators, noise_multiplier, batch_size, orders),
         "sound": rdp_sampled_wor_gaussian(n_discriminators, noise_multiplier / np.sqrt(batch_size), 1, orders),
@@ -74,7 +78,6 @@ def sound_pld_event(n_discriminators: int, batch_size: int, noise_multiplier: fl
     """The PLD event of one step under the sound bound: dp_accounting's Poisson-subsampled Gaussian pair under
     REPLACE_ONE at rate 1 / N_D and noise multiplier sigma / sqrt(B) dominates the step when no critic's state
     depends on earlier draws (critic_updates="discarded"; the derivation is in docs/PRIVACY.md, GS-WGAN)."""
-    if int(batch_size) != batch_size or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
+    check_batch_size(batch_size)
     return check_event({"kind": "replace_poisson_gaussian", "sample_rate": 1.0 / n_discriminators,
                         "noise_multiplier": noise_multiplier / np.sqrt(batch_size)})
