@@ -198,6 +198,8 @@ def test_gswgan_plans_both_bounds_and_the_governing_one():
     assert_largest(lambda g: pld.epsilon_pld([(event, g)], 1e-5), default["sound_steps"], 1.0)
     assert default["sound_steps"] == default["worst_case_steps"] > 1199  # 1,199 by the RDP conversion
     assert (default["sound_conversion"], default["as_published_conversion"]) == ("pld", "classical")
+    scheduled = main([*overrides, "method.module.sanitizer.noise_multiplier=20", "method.module.critic_updates=scheduled"])
+    assert scheduled["sound_steps"] == default["sound_steps"]  # the same subsampled mechanism per step
     with pytest.raises(ValueError, match="describes the bounds"):
         main([*overrides, "privacy.bound=as_published"])
     with pytest.raises(ValueError, match="critic_updates=discarded"):  # the PLD needs the per-step structure

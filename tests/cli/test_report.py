@@ -119,7 +119,7 @@ def test_a_noise_free_control_is_labelled_in_the_table_and_not_drawn_at_the_budg
     monkeypatch.setattr("dpgen.cli.report.plt.Axes.axhline", lambda ax, *a, **kw: lines.append(a))
     main([str(tmp_path / "runs")])
     table = (tmp_path / "runs" / "report.md").read_text()
-    assert "| dpgan | mnist | none (noise-free control) | 0.93 |" in table and "| dpgan | mnist | 1 | 0.4 |" in table
+    assert "| dpgan | mnist | none (privacy off) | 0.93 |" in table and "| dpgan | mnist | 1 | 0.4 |" in table
     assert drawn == [((1.0,), (0.4,))] and lines == []
 
 

@@ -278,19 +278,26 @@ def test_private_labels_do_not_reach_the_released_generator_through_batch_norm(m
         assert torch.equal(value, released[1][key]), key
 
 
-@pytest.mark.parametrize("updates", ["discarded", "kept"])
+@pytest.mark.parametrize("updates", ["discarded", "scheduled", "kept"])
 def test_the_drawn_critic_is_trained_before_its_gradient_and_then_reset_or_kept(updates, tmp_path):
     """discarded: every critic is back at its warm start after each step, so no state depends on earlier draws
-    (the accounting's premise); kept: the drawn critics carry their updates, and privacy.json says the bound is
-    then the paper's argument, not a proof."""
+    (the accounting's premise); scheduled: only critic (step mod N_D) keeps updates, whatever was drawn; kept: the
+    drawn critics carry their updates, and privacy.json says the bound is then the paper's argument, not a proof."""
     fit(tiny_gswgan(), 1, root=tmp_path / "warm")
     warm = torch.load(tmp_path / "warm" / WARM_START)["critics"]
     model, drawn = tiny_gswgan(critic_updates=updates, pretrained_critics=str(tmp_path / "warm" / WARM_START)), []
     score = model.critics.score
 
+    def kept(i: int, steps: int) -> int:  # the 2-step updates critic i keeps from the first `steps` steps
+        if updates == "scheduled":
+            return sum(t % 4 == i for t in range(steps))
+        return (updates == "kept") * drawn[:steps].count(i)
+
     def spy(i, x, y):  # the gradient comes from critic i after this step's 2 critic steps
+        t = len(drawn)
         drawn.append(i)
-        assert model.critics.steps[i] == warm["steps"][i] + 2 * (1 + (updates == "kept") * drawn[:-1].count(i))
+        scheduled_now = updates == "scheduled" and t % 4 == i  # step t's scheduled update comes before its draw
+        assert model.critics.steps[i] == warm["steps"][i] + 2 * (1 + kept(i, t) + scheduled_now)
         return score(i, x, y)
 
     model.critics.score = spy
@@ -298,7 +305,8 @@ def test_the_drawn_critic_is_trained_before_its_gradient_and_then_reset_or_kept(
     assert len(drawn) == 5
     after = model.critics.state_dict()
     changed = {i for i in range(4) if any(not torch.equal(after[k][i], warm[k][i]) for k in warm)}
-    assert changed == (set() if updates == "discarded" else set(drawn))
+    assert changed == {"discarded": set(), "scheduled": {0, 1, 2, 3}, "kept": set(drawn)}[updates]
+    assert [after["steps"][i] - warm["steps"][i] for i in range(4)] == [2 * kept(i, 5) for i in range(4)]
     report = json.loads((tmp_path / "run" / "privacy.json").read_text())
     assert report.get("caveats") == ([KEPT_CAVEAT] if updates == "kept" else None)
     assert report["mechanisms"][MECHANISM]["params"][0]["critic_updates"] == updates

@@ -39,7 +39,7 @@ class SanitizerParams:
 
     def step_cost(self, batch_size: int, pld: bool = True) -> StepCost:
         """One GS-WGAN generator step: one sanitized batch, known in advance under both bounds; with `pld`, its
-        PLD event too (only where each step is the subsampled mechanism, critic_updates="discarded")."""
+        PLD event too (only where each step is the subsampled mechanism, critic_updates in SUBSAMPLED_UPDATES)."""
         events = ((self.pld_event(batch_size), 1),) if pld else ()
         return StepCost(self.rdp(batch_size, GSWGAN_ORDERS), GSWGAN_ORDERS, aliases=BOUND_ALIASES,
                         pld_events=events, pld_bounds=PLD_BOUNDS)

@@ -161,7 +161,7 @@ class PrivacyBudget(WritesAtTrainEnd):
         if self.conversion == "pld" and not getattr(pl_module, "pld_ready", False):
             raise BudgetError("privacy.conversion=pld needs every release to be a Gaussian or a Poisson-subsampled "
                               "Gaussian: methods dpgan, dpcgan, pate_triplegan (with method.module.accounting=rdp), "
-                              "gswgan (with method.module.critic_updates=discarded)")
+                              "gswgan (with method.module.critic_updates=discarded or scheduled)")
         cost = pl_module.step_cost()
         if cost is None:
             return

@@ -26,6 +26,7 @@ from dpgen.privacy.gaussian import gaussian_sigma
 from dpgen.privacy.gswgan import BOUND_ALIASES as GSWGAN_ALIASES
 from dpgen.privacy.gswgan import BOUNDS as GSWGAN_BOUNDS
 from dpgen.privacy.gswgan import PLD_BOUNDS as GSWGAN_PLD_BOUNDS
+from dpgen.privacy.gswgan import SUBSAMPLED_UPDATES
 from dpgen.privacy.ledger import STANDARD_BOUNDS
 from dpgen.privacy.plan import MAX_STEPS
 from dpgen.privacy.rdp import DEFAULT_ORDERS
@@ -111,12 +112,13 @@ def plan_gswgan(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
     module, p = cfg.method.module, cfg.privacy
     if p.bound not in STANDARD_BOUNDS + GSWGAN_BOUNDS:
         raise ValueError(f"privacy.bound={p.bound} is not a GS-WGAN bound ({STANDARD_BOUNDS + GSWGAN_BOUNDS})")
-    if p.conversion == "pld" and module.critic_updates != "discarded":
-        raise ValueError("privacy.conversion=pld needs method.module.critic_updates=discarded (the PLD holds where "
+    subsampled = module.critic_updates in SUBSAMPLED_UPDATES
+    if p.conversion == "pld" and not subsampled:
+        raise ValueError("privacy.conversion=pld needs method.module.critic_updates=discarded or scheduled (the PLD holds where "
                          "each step is the subsampled mechanism, docs/PRIVACY.md); with kept use "
                          "privacy.conversion=classical")
     sanitizer = SanitizerParams(n_discriminators=module.n_discriminators, **module.sanitizer)
-    cost = sanitizer.step_cost(module.batch_size, pld=module.critic_updates == "discarded")
+    cost = sanitizer.step_cost(module.batch_size, pld=subsampled)
     conversions = {bound: p.conversion if p.conversion != "pld" or bound in GSWGAN_PLD_BOUNDS else "classical"
                    for bound in GSWGAN_BOUNDS}
     return cost, {"mechanism": "gswgan_sanitizer", "n_discriminators": module.n_discriminators,

@@ -105,7 +105,7 @@ def utility(downstream: dict) -> dict:
 def load_run(path: Path) -> dict:
     metrics = json.loads((path / "metrics.json").read_text())
     cfg = OmegaConf.load(config_file(path))
-    # a private method run with method.private=false (its noise-free control) keeps a ledger but had no budget
+    # a private method run with method.private=false (a noise-free control or an ablation) keeps a ledger but had no budget
     control = metrics.get("privacy", {}).get("private", False) and not OmegaConf.select(cfg, "method.private",
                                                                                          default=True)
     private = metrics.get("privacy", {}).get("private", False) and not control
@@ -155,7 +155,7 @@ def markdown_table(rows: list[dict]) -> str:
             "wall time (s)", "peak RSS (GB)", "machine", "command", "run"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in sorted(rows, key=lambda r: (r["data"], r["method"], r["budget"])):
-        cells = [row["method"], row["data"], ("none (noise-free control)" if row["control"] else "none (not private)")
+        cells = [row["method"], row["data"], ("none (privacy off)" if row["control"] else "none (not private)")
                  if math.isinf(row["budget"]) else f"{row['budget']:g}",
                  *(utility_cell(row["utility"], key) for key in utilities), number(row["IS"], 3), number(row["FID"]),
                  *(number(row["spent"].get(b), 5) for b in bounds), str(row["steps"] or ""),

@@ -26,20 +26,16 @@ from dpgen.data.partition import TeacherRecords, draw_batches, padded_table, par
 from dpgen.files import atomic_write
 from dpgen.methods.base import PrivateGenerator, running_stats_kept
 from dpgen.nn.critic import CriticEnsemble
-from dpgen.privacy.gswgan import BOUND_ALIASES, GSWGAN_ORDERS, PLD_BOUNDS
+from dpgen.privacy.gswgan import BOUND_ALIASES, CRITIC_UPDATES, GSWGAN_ORDERS, PLD_BOUNDS, SUBSAMPLED_UPDATES
 from dpgen.privacy.ledger import PrivacyLedger
 
 log = logging.getLogger(__name__)
 
 MECHANISM = "gswgan_sanitizer"
-# What becomes of the drawn critic's updates after its step (docs/PRIVACY.md, GS-WGAN): "discarded", it goes back to
-# its warm-start state, so no critic's state depends on which critics earlier steps drew and every step is the
-# subsampled mechanism the accounting composes; "kept", the paper's loop, where it does depend on them.
-CRITIC_UPDATES = ("discarded", "kept")
 KEPT_CAVEAT = ("critic_updates=kept (the GS-WGAN paper's loop): the drawn critic keeps its updates, so a critic's state "
                "depends on which critics earlier steps drew, which stays secret; the accounting composes each step as "
                "a fresh draw of one critic and assumes it does not. This epsilon follows the paper's argument; it is "
-               "not a proven bound (docs/PRIVACY.md, GS-WGAN). critic_updates=discarded makes it one.")
+               "not a proven bound (docs/PRIVACY.md, GS-WGAN). critic_updates=discarded or scheduled makes it one.")
 WARM_START, PARTIAL = "pretrained_critics.pt", "pretrained_critics.partial.pt"
 
 
@@ -47,8 +43,10 @@ class GSWGAN(PrivateGenerator):
     """Per Lightning step (reference source/main.py): draw critic j uniformly; `critic_steps` WGAN-GP steps of
     critic j on batches of its shard against the current generator; then one generator step whose only
     gradient is the sanitized d(-D_j(G(z, y)))/d G(z, y) of each of the `batch_size` samples; then the EMA. With
-    critic_updates="discarded" (the default) critic j then goes back to its warm-start state (the reference
-    keeps its updates: "kept", which privacy.json flags).
+    critic_updates="discarded" (the default) critic j then goes back to its warm-start state; "scheduled" does the
+    same and, before the draw, gives critic (step mod N_D) `critic_steps` steps that it keeps (a public schedule, so
+    the critics follow the generator without their states depending on the draws); the reference keeps the drawn
+    critic's updates ("kept", which privacy.json flags).
 
     `net_g` (what `generator`, `sample` and the checkpoints release) is the EMA of the trained generator
     `net_train` (decay min(1 - 1/(t+1), 0.999), the reference's exp_mov_avg)."""
@@ -168,7 +166,7 @@ class GSWGAN(PrivateGenerator):
     @property
     def pld_ready(self) -> bool:
         """The PLD of the sound bound holds where each step is the subsampled mechanism (docs/PRIVACY.md)."""
-        return self.critic_updates == "discarded"
+        return self.critic_updates in SUBSAMPLED_UPDATES
 
     def step_cost(self):
         if self._step_cost is None:  # known before the step, under both bounds
@@ -177,22 +175,30 @@ class GSWGAN(PrivateGenerator):
 
     # training
 
-    def training_step(self, batch, batch_idx):
-        j = int(torch.randint(self.n_discriminators, (1,), generator=self.rng))  # the subsampling of the accounting
-        warm = self.critics.state_of(j) if self.critic_updates == "discarded" else None
+    def train_critic(self, j: int):
+        """`critic_steps` WGAN-GP steps of critic j on batches of its shard against the current generator; the last
+        step's loss."""
         for _ in range(self.critic_steps):
             real_x, real_y = self.shard_batch(j, j + 1)
             # fakes with the shard's private labels: batch statistics, running statistics left as they were
             with torch.no_grad(), running_stats_kept(self.net_train):
                 fake_x = self.net_train(self.latent(real_y.shape[1]), real_y[0]).unsqueeze(0)
             d_loss = self.critics.train_step(j, j + 1, real_x, real_y, fake_x, self.rng)[0]
+        return d_loss
+
+    def training_step(self, batch, batch_idx):
+        if self.critic_updates == "scheduled":  # chosen by the step number alone, never by a draw
+            self.train_critic(self.global_step % self.n_discriminators)
+        j = int(torch.randint(self.n_discriminators, (1,), generator=self.rng))  # the subsampling of the accounting
+        before = self.critics.state_of(j) if self.critic_updates in SUBSAMPLED_UPDATES else None
+        d_loss = self.train_critic(j)
         y = self.random_labels(self.batch_size)
         fake = self.net_train(self.latent(self.batch_size), y)
         probe = fake.detach().requires_grad_(True)
         score = self.critics.score(j, probe, y)
         (grads,) = torch.autograd.grad(-score.sum(), probe)  # row i: d(-D_j(x_i)) / d x_i
-        if warm is not None:
-            self.critics.restore(j, warm)
+        if before is not None:
+            self.critics.restore(j, before)
         private, rdp = sanitize(grads, self.sanitizer, self.orders, self.rng)
         event = self.sanitizer.pld_event(self.batch_size) if self.pld_ready else None
         self.ledger.record(MECHANISM, rdp, event=event, params={

@@ -74,10 +74,18 @@ def rdp_gswgan_step(n_discriminators: int, batch_size: int, noise_multiplier: fl
     }
 
 
+# What becomes of the critics' updates (docs/PRIVACY.md, GS-WGAN): "discarded", the drawn critic goes back to its
+# warm-start state after its step; "scheduled", in addition critic (step mod N_D) keeps the updates of its own steps,
+# a public schedule that does not depend on the draws; "kept", the paper's loop, the drawn critic keeps its updates.
+CRITIC_UPDATES = ("discarded", "scheduled", "kept")
+# Those under which no critic's state depends on earlier draws, so each step is the subsampled mechanism
+SUBSAMPLED_UPDATES = ("discarded", "scheduled")
+
+
 def sound_pld_event(n_discriminators: int, batch_size: int, noise_multiplier: float) -> dict:
     """The PLD event of one step under the sound bound: dp_accounting's Poisson-subsampled Gaussian pair under
     REPLACE_ONE at rate 1 / N_D and noise multiplier sigma / sqrt(B) dominates the step when no critic's state
-    depends on earlier draws (critic_updates="discarded"; the derivation is in docs/PRIVACY.md, GS-WGAN)."""
+    depends on earlier draws (critic_updates in SUBSAMPLED_UPDATES; the derivation is in docs/PRIVACY.md, GS-WGAN)."""
     check_batch_size(batch_size)
     return check_event({"kind": "replace_poisson_gaussian", "sample_rate": 1.0 / n_discriminators,
                         "noise_multiplier": noise_multiplier / np.sqrt(batch_size)})
