@@ -224,6 +224,19 @@ def test_a_budget_too_small_for_one_step_is_one_error_line_and_no_generator(tmp_
     assert nothing_released(tmp_path / "run") and not (tmp_path / "run" / "pretrained_critics.pt").exists()
 
 
+def test_a_gswgan_run_reports_its_paper_bound_classically_beside_the_sound_pld(tmp_path):
+    # GS-WGAN's default conversion is pld, which describes its sound bound only: metrics.json gives the paper's
+    # bound by the classical conversion, as the planner prices it, and says which conversion each number used
+    result = train(tmp_path, "method=gswgan", *TINY_PRIVATE["gswgan"], *tiny_images(tmp_path), "eval=none",
+                   "privacy.epsilon=100", "method.max_steps=2")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    privacy = json.loads((tmp_path / "run" / "metrics.json").read_text())["privacy"]
+    assert privacy["conversions"] == {"as_published": "classical", "sound": "pld"}
+    total = json.loads((tmp_path / "run" / "privacy.json").read_text())["total"]
+    assert privacy["epsilon"]["sound"] == total["sound"]["pld"]["epsilon"] < 100
+    assert privacy["epsilon"]["as_published"] == total["as_published"]["classical"]["epsilon"]
+
+
 def test_a_run_whose_only_step_is_rolled_back_is_one_error_line_and_no_generator(tmp_path):
     # the cheapest G-PATE step here (threshold checks only) costs eps 0.0368 <= 0.04, so the run starts; its first
     # step answers queries, costs more, and is rolled back: no step is left to release
