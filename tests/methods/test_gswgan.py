@@ -173,7 +173,8 @@ def test_tiny_run_pretrains_every_critic_and_releases_the_ema(tmp_path, caplog):
         fit(model, 4, root=tmp_path)
     assert bool(model.pretrained) and (model.critics.steps >= 3 * 2).all()  # 3 pretraining steps x 2 critic steps
     assert "step 3 of 3" in caplog.text  # the warm-up reports its progress to the log (a file under nohup)
-    assert model.critics.steps.sum().item() == 4 * 6  # the main steps' critic updates are discarded (the default)
+    # the default, scheduled: each step's critic (step mod 4) keeps its 2 updates, the drawn critic's are undone
+    assert model.critics.steps.sum().item() == 4 * 6 + 4 * 2
     # the EMA (released) differs from the trained generator once decay > 0, and sample() uses it
     assert any(not torch.equal(a, b) for a, b in zip(model.net_g.parameters(), model.net_train.parameters()))
     assert model.generator is model.net_g
@@ -219,9 +220,10 @@ def test_a_warm_start_cut_off_goes_on_where_it_stopped_in_the_same_folder(tmp_pa
     shard_batch = model.shard_batch
     model.shard_batch = lambda s, e: drawn.append(e - s) or shard_batch(s, e)
     fit(model, 1, root=tmp_path)
-    # the third warm-up step only (2 critic steps of the 4 critics), then 1 main step (2 steps of one critic)
-    assert drawn == [4, 4, 1, 1]
-    assert torch.equal(model.critics.steps, torch.tensor([6, 6, 6, 6]))  # the main step's updates discarded
+    # the third warm-up step only (2 critic steps of the 4 critics), then 1 main step: 2 steps of critic 0 (the
+    # step's scheduled critic, kept) and 2 of the drawn critic (undone)
+    assert drawn == [4, 4, 1, 1, 1, 1]
+    assert torch.equal(model.critics.steps, torch.tensor([8, 6, 6, 6]))
     assert (tmp_path / WARM_START).is_file() and not (tmp_path / PARTIAL).exists()
     # cut off after the warm start, before a checkpoint: a run in the same folder takes the saved critics
     again = tiny_gswgan(pretrain=pretrain)
@@ -325,7 +327,7 @@ def test_sound_pld_numbers_of_the_docs():
     assert epsilon_pld([(sound_pld_event(1000, 32, 4.8), 9000)], 1e-5) == pytest.approx(0.98, abs=0.01)
 
 
-def test_the_pld_budget_counts_the_sound_bound_and_needs_discarded_updates(tmp_path):
+def test_the_pld_budget_counts_the_sound_bound_and_refuses_kept_updates(tmp_path):
     model = tiny_gswgan(sanitizer={"noise_multiplier": 3.0})
     event = sound_pld_event(4, 8, 3.0)
     fitting = max(k for k in range(1, 60) if epsilon_pld([(event, k)], 1e-5) <= 5.0)

@@ -43,7 +43,7 @@ class GSWGAN(PrivateGenerator):
     """Per Lightning step (reference source/main.py): draw critic j uniformly; `critic_steps` WGAN-GP steps of
     critic j on batches of its shard against the current generator; then one generator step whose only
     gradient is the sanitized d(-D_j(G(z, y)))/d G(z, y) of each of the `batch_size` samples; then the EMA. With
-    critic_updates="discarded" (the default) critic j then goes back to its warm-start state; "scheduled" does the
+    critic_updates="discarded" critic j then goes back to its warm-start state; "scheduled" (the default) does the
     same and, before the draw, gives critic (step mod N_D) `critic_steps` steps that it keeps (a public schedule, so
     the critics follow the generator without their states depending on the draws); the reference keeps the drawn
     critic's updates ("kept", which privacy.json flags).
@@ -57,7 +57,7 @@ class GSWGAN(PrivateGenerator):
 
     def __init__(self, shape, num_classes, kind, z_dim: int = 10, batch_size: int = 32, n_discriminators: int = 1000,
                  critic_steps: int = 5, lr: float = 1e-4, betas: tuple[float, float] = (0.5, 0.9),
-                 ema_decay: float = 0.999, critic_updates: str = "discarded", sanitizer: dict | None = None, critics: dict | None = None,
+                 ema_decay: float = 0.999, critic_updates: str = "scheduled", sanitizer: dict | None = None, critics: dict | None = None,
                  pretrain: dict | None = None, pretrained_critics: str | None = None, generator: dict | None = None,
                  class_probs=None, seed: int = 0):
         if kind != "image":
