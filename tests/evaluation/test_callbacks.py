@@ -10,7 +10,7 @@ from lightning.pytorch.loggers import CSVLogger
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from dpgen.callbacks.downstream import DownstreamUtility, flatten
+from dpgen.callbacks.downstream import DownstreamUtility, EvaluationCallback, flatten
 from dpgen.callbacks.image_quality import ImageQuality
 from dpgen.evaluation.fidelity import save_classifier, weights_hash
 
@@ -230,3 +230,35 @@ def test_a_selection_the_data_cannot_serve_is_refused_before_training():
         DownstreamUtility(selection="private_val").check_data(images)
     with pytest.raises(ValueError, match="selection must be one of"):
         DownstreamUtility(selection="hold-out")
+
+
+class Counting(EvaluationCallback):
+    """Records the step of each evaluation."""
+    name = "count"
+
+    def __init__(self):
+        super().__init__()
+        self.steps = []
+
+    def evaluate(self, trainer, pl_module):
+        self.steps.append(trainer.global_step)
+        return {"evaluations": len(self.steps)}
+
+
+def test_a_run_resumed_at_its_last_step_is_evaluated(tmp_path):
+    """Cut off during its final evaluation and resumed from the checkpoint of its last step, a run trains nothing
+    and Lightning calls no on_train_end: the evaluation happens all the same, once."""
+    x, y = torch.rand(20, 1, 4, 4), torch.arange(20) % 10
+    data = Data((x, y), (x, y))
+
+    def fit(**kw):
+        counting = Counting()
+        trainer = pl.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                             enable_model_summary=False, callbacks=[counting], default_root_dir=tmp_path)
+        trainer.fit(RealData(x, y, 10), datamodule=data, **kw)
+        return trainer, counting
+
+    trainer, first = fit()
+    trainer.save_checkpoint(tmp_path / "last.ckpt")
+    _, resumed = fit(ckpt_path=tmp_path / "last.ckpt")
+    assert first.steps == resumed.steps == [2] and resumed.results == {"evaluations": 1, "step": 2}

@@ -38,7 +38,9 @@ class EvaluationCallback(pl.Callback):
     """Base of the evaluation callbacks: a subclass defines `evaluate(trainer, pl_module) -> dict`.
 
     Runs `evaluate` when `trainer.global_step` enters a new multiple of
-    `every_n_steps` (0: never during training) and at the end of training (`at_end`).
+    `every_n_steps` (0: never during training) and at the end of training (`at_end`), also when the run was
+    resumed from a checkpoint of its last step (cut off during its evaluation), where Lightning trains nothing
+    and ends no training.
 
     The last results are kept in `self.results` (with the step) and their numbers are sent to
     every logger as `<name>/<key>` (and, to a logger with tables such as W&B's, as one table `<name>/table`).
@@ -52,6 +54,7 @@ class EvaluationCallback(pl.Callback):
         self.every_n_steps, self.n_samples, self.at_end, self.seed = every_n_steps, n_samples, at_end, seed
         self.results: dict = {}
         self._last_period = 0
+        self._ended = False
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if self.every_n_steps <= 0:
@@ -61,9 +64,17 @@ class EvaluationCallback(pl.Callback):
             self._last_period = period
             self.run(trainer, pl_module)
 
+    def on_fit_start(self, trainer, pl_module):
+        self._ended = False
+
     def on_train_end(self, trainer, pl_module):
+        self._ended = True
         if self.at_end:
             self.run(trainer, pl_module)
+
+    def on_fit_end(self, trainer, pl_module):
+        if not self._ended:  # resumed at its last step: Lightning skipped training and its end
+            self.on_train_end(trainer, pl_module)
 
     def run(self, trainer, pl_module) -> dict:
         if not trainer.is_global_zero:
