@@ -11,10 +11,10 @@ import logging
 import time
 from pathlib import Path
 
-import lightning.pytorch as pl
 import numpy as np
 import torch
 
+from dpgen.callbacks.release import AtTrainEnd
 from dpgen.evaluation.downstream import SELECTIONS, image_accuracy, tabular_evaluation, tabular_scores
 from dpgen.files import atomic_write_text
 from dpgen.privacy.selection import MECHANISM, report_noisy_max, selection_report
@@ -34,13 +34,12 @@ def flatten(results: dict, prefix: str) -> dict[str, float]:
     return out
 
 
-class EvaluationCallback(pl.Callback):
+class EvaluationCallback(AtTrainEnd):
     """Base of the evaluation callbacks: a subclass defines `evaluate(trainer, pl_module) -> dict`.
 
     Runs `evaluate` when `trainer.global_step` enters a new multiple of
-    `every_n_steps` (0: never during training) and at the end of training (`at_end`), also when the run was
-    resumed from a checkpoint of its last step (cut off during its evaluation), where Lightning trains nothing
-    and ends no training.
+    `every_n_steps` (0: never during training) and at the end of training (`at_end`; `AtTrainEnd`: also for a run
+    resumed from the checkpoint of its last step, cut off during its evaluation).
 
     The last results are kept in `self.results` (with the step) and their numbers are sent to
     every logger as `<name>/<key>` (and, to a logger with tables such as W&B's, as one table `<name>/table`).
@@ -54,7 +53,6 @@ class EvaluationCallback(pl.Callback):
         self.every_n_steps, self.n_samples, self.at_end, self.seed = every_n_steps, n_samples, at_end, seed
         self.results: dict = {}
         self._last_period = 0
-        self._ended = False
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if self.every_n_steps <= 0:
@@ -64,17 +62,9 @@ class EvaluationCallback(pl.Callback):
             self._last_period = period
             self.run(trainer, pl_module)
 
-    def on_fit_start(self, trainer, pl_module):
-        self._ended = False
-
-    def on_train_end(self, trainer, pl_module):
-        self._ended = True
+    def train_ended(self, trainer, pl_module):
         if self.at_end:
             self.run(trainer, pl_module)
-
-    def on_fit_end(self, trainer, pl_module):
-        if not self._ended:  # resumed at its last step: Lightning skipped training and its end
-            self.on_train_end(trainer, pl_module)
 
     def run(self, trainer, pl_module) -> dict:
         if not trainer.is_global_zero:
@@ -167,8 +157,8 @@ class DownstreamUtility(EvaluationCallback):
     def setup(self, trainer, pl_module, stage):
         self.check_data(trainer.datamodule)  # before training, not after it
 
-    def on_train_end(self, trainer, pl_module):
-        super().on_train_end(trainer, pl_module)
+    def train_ended(self, trainer, pl_module):
+        super().train_ended(trainer, pl_module)
         privacy = Path(trainer.default_root_dir) / "privacy.json"  # PrivacyBudget's, written when training ended
         if self.selections and trainer.is_global_zero and privacy.is_file():
             report = json.loads(privacy.read_text())

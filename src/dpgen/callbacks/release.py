@@ -11,11 +11,30 @@ from typing import Callable
 import lightning.pytorch as pl
 
 
-class WritesAtTrainEnd(pl.Callback, ABC):
-    """Calls `write_final` on process 0 when training ends; at fit end instead when training never ran (a resumed
-    run that had already finished: Lightning then skips the training hooks)."""
+class AtTrainEnd(pl.Callback, ABC):
+    """Calls `train_ended` once when training ends; at fit end instead when training never ran (a resumed run that
+    had already finished, or was cut off after its last step: Lightning then skips the training hooks)."""
 
-    _written = False
+    _ended = False
+
+    @abstractmethod
+    def train_ended(self, trainer, pl_module) -> None:
+        """What this callback does when training ends (every process)."""
+
+    def on_fit_start(self, trainer, pl_module):
+        self._ended = False
+
+    def on_train_end(self, trainer, pl_module):
+        self._ended = True
+        self.train_ended(trainer, pl_module)
+
+    def on_fit_end(self, trainer, pl_module):
+        if not self._ended:
+            self.on_train_end(trainer, pl_module)
+
+
+class WritesAtTrainEnd(AtTrainEnd):
+    """Calls `write_final` on process 0 when training ends (`AtTrainEnd`)."""
 
     @abstractmethod
     def write_final(self, trainer, pl_module) -> None:
@@ -24,18 +43,7 @@ class WritesAtTrainEnd(pl.Callback, ABC):
     def check_final(self, trainer, pl_module) -> None:
         """Runs on every process before `write_final`: raises when the run must release nothing (PrivacyBudget)."""
 
-    def on_fit_start(self, trainer, pl_module):
-        self._written = False
-
-    def on_train_end(self, trainer, pl_module):
-        self._write(trainer, pl_module)
-
-    def on_fit_end(self, trainer, pl_module):
-        if not self._written:
-            self._write(trainer, pl_module)
-
-    def _write(self, trainer, pl_module) -> None:
-        self._written = True
+    def train_ended(self, trainer, pl_module) -> None:
         self.check_final(trainer, pl_module)
         if trainer.is_global_zero:
             self.write_final(trainer, pl_module)

@@ -27,7 +27,7 @@ from dpgen.privacy.gswgan import BOUND_ALIASES as GSWGAN_ALIASES
 from dpgen.privacy.gswgan import BOUNDS as GSWGAN_BOUNDS
 from dpgen.privacy.gswgan import PLD_BOUNDS as GSWGAN_PLD_BOUNDS
 from dpgen.privacy.gswgan import SUBSAMPLED_UPDATES
-from dpgen.privacy.ledger import STANDARD_BOUNDS
+from dpgen.privacy.ledger import STANDARD_BOUNDS, conversion_for
 from dpgen.privacy.plan import MAX_STEPS
 from dpgen.privacy.rdp import DEFAULT_ORDERS
 
@@ -119,8 +119,7 @@ def plan_gswgan(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
                          "privacy.conversion=classical")
     sanitizer = SanitizerParams(n_discriminators=module.n_discriminators, **module.sanitizer)
     cost = sanitizer.step_cost(module.batch_size, pld=subsampled)
-    conversions = {bound: p.conversion if p.conversion != "pld" or bound in GSWGAN_PLD_BOUNDS else "classical"
-                   for bound in GSWGAN_BOUNDS}
+    conversions = {bound: conversion_for(p.conversion, bound in GSWGAN_PLD_BOUNDS) for bound in GSWGAN_BOUNDS}
     return cost, {"mechanism": "gswgan_sanitizer", "n_discriminators": module.n_discriminators,
                   "batch_size": module.batch_size, "noise_multiplier": sanitizer.noise_multiplier, "clip": sanitizer.clip,
                   "critic_updates": module.critic_updates,

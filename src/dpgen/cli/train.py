@@ -26,6 +26,7 @@ from dpgen.cli.common import (CONF_DIR, check_config, command_line, fail, machin
 from dpgen.distributed import leave_process_group, process_rank
 from dpgen.files import atomic_write_text
 from dpgen.memory import peak_rss_gb
+from dpgen.privacy.ledger import conversion_for
 
 
 def build_datamodule(cfg: DictConfig):
@@ -84,8 +85,7 @@ def privacy_report(model, cfg: DictConfig) -> dict:
     if model.ledger is None:
         return {"private": False, "note": "non-private method: no differential privacy guarantee"}
     p, ledger = cfg.privacy, model.ledger
-    # a bound the PLD events do not describe (GS-WGAN's as_published) by the classical conversion, as the planner does
-    conversions = {b: p.conversion if p.conversion != "pld" or ledger.has_pld(b) else "classical" for b in ledger.bounds}
+    conversions = {b: conversion_for(p.conversion, ledger.has_pld(b)) for b in ledger.bounds}  # as the planner does
     eps = {b: ledger.epsilon(p.delta, bound=b, conversion=c)[0] for b, c in conversions.items()}
     return {"private": True, "delta": p.delta, "governing_bound": ledger.resolve_bound(p.bound),
             "conversion": p.conversion, "conversions": conversions, "epsilon": eps, "stop": ledger.stop}

@@ -35,6 +35,12 @@ CONVERSION_NOTES = {
 }
 ALL_CONVERSIONS = CONVERSIONS + ("gdp", "pld")
 
+
+def conversion_for(conversion: str, has_pld: bool) -> str:
+    """The conversion a bound is priced by: the requested one, except "pld" for a bound its PLD events do not
+    describe (GS-WGAN's as_published), which is priced classically."""
+    return conversion if conversion != "pld" or has_pld else "classical"
+
 # Which neighbouring data sets a method's guarantee is about (privacy.json "neighbouring"; docs/PRIVACY.md).
 NEIGHBOURING = {
     "add_remove": "add/remove one record. Teacher partitions, critic shards and the labelled split are a keyed "
