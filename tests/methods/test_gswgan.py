@@ -280,25 +280,30 @@ def test_private_labels_do_not_reach_the_released_generator_through_batch_norm(m
         assert torch.equal(value, released[1][key]), key
 
 
-@pytest.mark.parametrize("updates", ["discarded", "scheduled", "kept"])
-def test_the_drawn_critic_is_trained_before_its_gradient_and_then_reset_or_kept(updates, tmp_path):
+@pytest.mark.parametrize("updates,m", [("discarded", 1), ("scheduled", 1), ("scheduled", 2), ("kept", 1)])
+def test_the_drawn_critic_is_trained_before_its_gradient_and_then_reset_or_kept(updates, m, tmp_path):
     """discarded: every critic is back at its warm start after each step, so no state depends on earlier draws
-    (the accounting's premise); scheduled: only critic (step mod N_D) keeps updates, whatever was drawn; kept: the
-    drawn critics carry their updates, and privacy.json says the bound is then the paper's argument, not a proof."""
+    (the accounting's premise); scheduled: only the m critics (t m .. t m + m - 1) mod N_D of step t keep updates,
+    whatever was drawn; kept: the drawn critics carry their updates, and privacy.json says the bound is then the
+    paper's argument, not a proof."""
     fit(tiny_gswgan(), 1, root=tmp_path / "warm")
     warm = torch.load(tmp_path / "warm" / WARM_START)["critics"]
-    model, drawn = tiny_gswgan(critic_updates=updates, pretrained_critics=str(tmp_path / "warm" / WARM_START)), []
+    model, drawn = tiny_gswgan(critic_updates=updates, scheduled_critics=m,
+                               pretrained_critics=str(tmp_path / "warm" / WARM_START)), []
     score = model.critics.score
+
+    def scheduled(t: int, i: int) -> bool:  # critic i is in step t's block: critics t m .. t m + m - 1 mod 4
+        return updates == "scheduled" and (i - t * m) % 4 < m
 
     def kept(i: int, steps: int) -> int:  # the 2-step updates critic i keeps from the first `steps` steps
         if updates == "scheduled":
-            return sum(t % 4 == i for t in range(steps))
+            return sum(scheduled(t, i) for t in range(steps))
         return (updates == "kept") * drawn[:steps].count(i)
 
     def spy(i, x, y):  # the gradient comes from critic i after this step's 2 critic steps
         t = len(drawn)
         drawn.append(i)
-        scheduled_now = updates == "scheduled" and t % 4 == i  # step t's scheduled update comes before its draw
+        scheduled_now = scheduled(t, i)  # step t's scheduled update comes before its draw
         assert model.critics.steps[i] == warm["steps"][i] + 2 * (1 + kept(i, t) + scheduled_now)
         return score(i, x, y)
 
@@ -312,8 +317,35 @@ def test_the_drawn_critic_is_trained_before_its_gradient_and_then_reset_or_kept(
     report = json.loads((tmp_path / "run" / "privacy.json").read_text())
     assert report.get("caveats") == ([KEPT_CAVEAT] if updates == "kept" else None)
     assert report["mechanisms"][MECHANISM]["params"][0]["critic_updates"] == updates
+    assert report["mechanisms"][MECHANISM]["params"][0]["scheduled_critics"] == m
     with pytest.raises(ValueError, match="critic_updates"):
         tiny_gswgan(critic_updates="reset")
+    with pytest.raises(ValueError, match="needs critic_updates=scheduled"):
+        tiny_gswgan(critic_updates="discarded", scheduled_critics=2)
+    with pytest.raises(ValueError, match="must divide"):
+        tiny_gswgan(scheduled_critics=3)
+
+
+def test_a_scheduled_block_of_critics_sees_no_other_shard(monkeypatch, tmp_path):
+    """scheduled_critics = N_D: every critic trains in one vectorized block each step; changing one record (its
+    label: labels are not hashed, so the shards stay) changes its own critic's state only, also through the
+    generator's BatchNorm, which normalises each critic's fakes as a batch of their own."""
+    monkeypatch.setattr("dpgen.methods.gswgan.secret_generator", lambda: torch.Generator().manual_seed(0))
+    monkeypatch.setattr(CriticEnsemble, "pretrain", lambda self, *a, **k: None)
+    states = []
+    for datamodule in (Images(batch_size=8), OneLabelFlipped(batch_size=8)):
+        torch.manual_seed(0)
+        # batches of 200: every critic step sees its whole shard, so the changed record's critic does change
+        model = tiny_gswgan(scheduled_critics=4, batch_size=200,
+                            generator={"fc_dim": 16, "start_channels": 4, "deconv_channels": [4]})
+        assert any(isinstance(m, torch.nn.BatchNorm2d) for m in model.net_train.modules())
+        # one step: the block trains against the initial generator (a later one has seen a sanitized gradient)
+        pl.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                   enable_model_summary=False, default_root_dir=tmp_path, accelerator="cpu").fit(model, datamodule=datamodule)
+        states.append(model.critics.state_dict())
+    owner = int((model.shards == 0).any(1).nonzero())  # the changed record's critic
+    changed = {i for i in range(4) if any(not torch.equal(states[0][k][i], states[1][k][i]) for k in states[0])}
+    assert changed == {owner}
 
 
 def test_sound_pld_numbers_of_the_docs():

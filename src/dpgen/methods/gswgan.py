@@ -44,9 +44,10 @@ class GSWGAN(PrivateGenerator):
     critic j on batches of its shard against the current generator; then one generator step whose only
     gradient is the sanitized d(-D_j(G(z, y)))/d G(z, y) of each of the `batch_size` samples; then the EMA. With
     critic_updates="discarded" critic j then goes back to its warm-start state; "scheduled" (the default) does the
-    same and, before the draw, gives critic (step mod N_D) `critic_steps` steps that it keeps (a public schedule, so
-    the critics follow the generator without their states depending on the draws); the reference keeps the drawn
-    critic's updates ("kept", which privacy.json flags).
+    same and, before the draw, gives the `scheduled_critics` critics (t m .. t m + m - 1) mod N_D of step t
+    `critic_steps` steps that they keep (a public schedule, so the critics follow the generator without their
+    states depending on the draws); the reference keeps the drawn critic's updates ("kept", which privacy.json
+    flags).
 
     `net_g` (what `generator`, `sample` and the checkpoints release) is the EMA of the trained generator
     `net_train` (decay min(1 - 1/(t+1), 0.999), the reference's exp_mov_avg)."""
@@ -57,7 +58,8 @@ class GSWGAN(PrivateGenerator):
 
     def __init__(self, shape, num_classes, kind, z_dim: int = 10, batch_size: int = 32, n_discriminators: int = 1000,
                  critic_steps: int = 5, lr: float = 1e-4, betas: tuple[float, float] = (0.5, 0.9),
-                 ema_decay: float = 0.999, critic_updates: str = "scheduled", sanitizer: dict | None = None, critics: dict | None = None,
+                 ema_decay: float = 0.999, critic_updates: str = "scheduled", scheduled_critics: int = 1,
+                 sanitizer: dict | None = None, critics: dict | None = None,
                  pretrain: dict | None = None, pretrained_critics: str | None = None, generator: dict | None = None,
                  class_probs=None, seed: int = 0):
         if kind != "image":
@@ -69,6 +71,13 @@ class GSWGAN(PrivateGenerator):
         if critic_updates not in CRITIC_UPDATES:
             raise ValueError(f"critic_updates must be one of {CRITIC_UPDATES}, got {critic_updates!r}")
         self.critic_updates = critic_updates
+        if critic_updates != "scheduled" and scheduled_critics != 1:
+            raise ValueError(f"scheduled_critics={scheduled_critics} needs critic_updates=scheduled")
+        if int(scheduled_critics) != scheduled_critics or not 1 <= scheduled_critics <= self.n_discriminators \
+                or self.n_discriminators % scheduled_critics:
+            raise ValueError(f"scheduled_critics must divide n_discriminators ({self.n_discriminators}), got "
+                             f"{scheduled_critics}")
+        self.scheduled_critics = int(scheduled_critics)
         self.net_train = copy.deepcopy(self.net_g)
         self.sanitizer = SanitizerParams(n_discriminators=self.n_discriminators, **(sanitizer or {}))
         self.critics = CriticEnsemble(self.n_discriminators, self.shape, self.num_classes, lr=lr, betas=self.betas,
@@ -175,23 +184,25 @@ class GSWGAN(PrivateGenerator):
 
     # training
 
-    def train_critic(self, j: int):
-        """`critic_steps` WGAN-GP steps of critic j on batches of its shard against the current generator; the last
-        step's loss."""
+    def train_critics(self, s: int, e: int) -> torch.Tensor:
+        """`critic_steps` WGAN-GP steps of critics s..e-1 at once, each on batches of its own shard against the
+        current generator; the last step's losses (e-s,)."""
         for _ in range(self.critic_steps):
-            real_x, real_y = self.shard_batch(j, j + 1)
-            # fakes with the shard's private labels: batch statistics, running statistics left as they were
+            real_x, real_y = self.shard_batch(s, e)
+            # each critic's fakes carry its shard's private labels and are a generator batch of their own, so
+            # BatchNorm's batch statistics mix no two shards; running statistics are left as they were
             with torch.no_grad(), running_stats_kept(self.net_train):
-                fake_x = self.net_train(self.latent(real_y.shape[1]), real_y[0]).unsqueeze(0)
-            d_loss = self.critics.train_step(j, j + 1, real_x, real_y, fake_x, self.rng)[0]
+                fake_x = torch.stack([self.net_train(self.latent(len(y)), y) for y in real_y])
+            d_loss = self.critics.train_step(s, e, real_x, real_y, fake_x, self.rng)
         return d_loss
 
     def training_step(self, batch, batch_idx):
         if self.critic_updates == "scheduled":  # chosen by the step number alone, never by a draw
-            self.train_critic(self.global_step % self.n_discriminators)
+            s = self.global_step * self.scheduled_critics % self.n_discriminators
+            self.train_critics(s, s + self.scheduled_critics)
         j = int(torch.randint(self.n_discriminators, (1,), generator=self.rng))  # the subsampling of the accounting
         before = self.critics.state_of(j) if self.critic_updates in SUBSAMPLED_UPDATES else None
-        d_loss = self.train_critic(j)
+        d_loss = self.train_critics(j, j + 1)[0]
         y = self.random_labels(self.batch_size)
         fake = self.net_train(self.latent(self.batch_size), y)
         probe = fake.detach().requires_grad_(True)
@@ -204,7 +215,7 @@ class GSWGAN(PrivateGenerator):
         self.ledger.record(MECHANISM, rdp, event=event, params={
             "n_discriminators": self.n_discriminators, "batch_size": self.batch_size,
             "noise_multiplier": self.sanitizer.noise_multiplier, "clip": self.sanitizer.clip,
-            "critic_updates": self.critic_updates})
+            "critic_updates": self.critic_updates, "scheduled_critics": self.scheduled_critics})
         opt = self.optimizers()
         opt.zero_grad()
         steps_before = self.global_step
