@@ -257,25 +257,31 @@ class OneLabelFlipped(Images):
         return TensorData(train.x, y), test
 
 
+def on_neighbours(monkeypatch, tmp_path, steps: int, read, **kw) -> list:
+    """`read(model)` after `steps` steps on Images and on OneLabelFlipped, secret noise fixed and no warm start;
+    batches of 200, so every critic step sees its critic's whole shard and the changed record is in it."""
+    monkeypatch.setattr("dpgen.methods.gswgan.secret_generator", lambda: torch.Generator().manual_seed(0))
+    monkeypatch.setattr(CriticEnsemble, "pretrain", lambda self, *a, **k: None)
+    out = []
+    for datamodule in (Images(batch_size=8), OneLabelFlipped(batch_size=8)):
+        torch.manual_seed(0)
+        model = tiny_gswgan(batch_size=200, generator={"fc_dim": 16, "start_channels": 4, "deconv_channels": [4]},
+                            **kw)
+        assert any(isinstance(m, torch.nn.BatchNorm2d) for m in model.net_g.modules())
+        # CPU: bitwise equality needs deterministic kernels (GPU convolutions and reductions may differ run to run)
+        pl.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                   enable_model_summary=False, default_root_dir=tmp_path, accelerator="cpu").fit(model, datamodule=datamodule)
+        out.append(read(model))
+    return out
+
+
 def test_private_labels_do_not_reach_the_released_generator_through_batch_norm(monkeypatch, tmp_path):
     """The critic steps draw fakes with the chosen shard's private labels; the released generator (its weights
     and its BatchNorm running statistics, which sampling in eval mode uses) must not depend on them. Critics
-    frozen and secret noise fixed, so the sanitized gradients are equal on both data sets."""
-    monkeypatch.setattr("dpgen.methods.gswgan.secret_generator", lambda: torch.Generator().manual_seed(0))
-    monkeypatch.setattr(CriticEnsemble, "pretrain", lambda self, *a, **k: None)
+    frozen (one critic, so the changed record is in every critic step), so the sanitized gradients are equal on
+    both data sets."""
     monkeypatch.setattr(CriticEnsemble, "train_step", lambda self, *a, **k: torch.zeros(1))
-    released = []
-    for datamodule in (Images(batch_size=8), OneLabelFlipped(batch_size=8)):
-        torch.manual_seed(0)
-        # one critic whose batch is its whole shard: the changed record is in every critic step
-        model = tiny_gswgan(n_discriminators=1, batch_size=200,
-                            generator={"fc_dim": 16, "start_channels": 4, "deconv_channels": [4]})
-        assert any(isinstance(m, torch.nn.BatchNorm2d) for m in model.net_g.modules())
-        # CPU: bitwise equality needs deterministic kernels (GPU convolutions and reductions may differ run to run)
-        trainer = pl.Trainer(max_steps=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                             enable_model_summary=False, default_root_dir=tmp_path, accelerator="cpu")
-        trainer.fit(model, datamodule=datamodule)
-        released.append(model.net_g.state_dict())
+    released = on_neighbours(monkeypatch, tmp_path, 3, lambda model: model.net_g.state_dict(), n_discriminators=1)
     for key, value in released[0].items():
         assert torch.equal(value, released[1][key]), key
 
@@ -329,21 +335,12 @@ def test_the_drawn_critic_is_trained_before_its_gradient_and_then_reset_or_kept(
 def test_a_scheduled_block_of_critics_sees_no_other_shard(monkeypatch, tmp_path):
     """scheduled_critics = N_D: every critic trains in one vectorized block each step; changing one record (its
     label: labels are not hashed, so the shards stay) changes its own critic's state only, also through the
-    generator's BatchNorm, which normalises each critic's fakes as a batch of their own."""
-    monkeypatch.setattr("dpgen.methods.gswgan.secret_generator", lambda: torch.Generator().manual_seed(0))
-    monkeypatch.setattr(CriticEnsemble, "pretrain", lambda self, *a, **k: None)
-    states = []
-    for datamodule in (Images(batch_size=8), OneLabelFlipped(batch_size=8)):
-        torch.manual_seed(0)
-        # batches of 200: every critic step sees its whole shard, so the changed record's critic does change
-        model = tiny_gswgan(scheduled_critics=4, batch_size=200,
-                            generator={"fc_dim": 16, "start_channels": 4, "deconv_channels": [4]})
-        assert any(isinstance(m, torch.nn.BatchNorm2d) for m in model.net_train.modules())
-        # one step: the block trains against the initial generator (a later one has seen a sanitized gradient)
-        pl.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                   enable_model_summary=False, default_root_dir=tmp_path, accelerator="cpu").fit(model, datamodule=datamodule)
-        states.append(model.critics.state_dict())
-    owner = int((model.shards == 0).any(1).nonzero())  # the changed record's critic
+    generator's BatchNorm, which normalises each critic's fakes as a batch of their own. One step: the block
+    trains against the initial generator (a later one has seen a sanitized gradient)."""
+    models = []
+    states = on_neighbours(monkeypatch, tmp_path, 1, lambda model: models.append(model) or model.critics.state_dict(),
+                           scheduled_critics=4)
+    owner = int((models[0].shards == 0).any(1).nonzero())  # the changed record's critic
     changed = {i for i in range(4) if any(not torch.equal(states[0][k][i], states[1][k][i]) for k in states[0])}
     assert changed == {owner}
 
