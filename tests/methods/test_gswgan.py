@@ -286,31 +286,32 @@ def test_private_labels_do_not_reach_the_released_generator_through_batch_norm(m
         assert torch.equal(value, released[1][key]), key
 
 
-@pytest.mark.parametrize("updates,m", [("discarded", 1), ("scheduled", 1), ("scheduled", 2), ("kept", 1)])
-def test_the_drawn_critic_is_trained_before_its_gradient_and_then_reset_or_kept(updates, m, tmp_path):
+@pytest.mark.parametrize("updates,m,k", [("discarded", 1, 2), ("scheduled", 1, 2), ("scheduled", 2, 1), ("kept", 1, 2)])
+def test_the_drawn_critic_is_trained_before_its_gradient_and_then_reset_or_kept(updates, m, k, tmp_path):
     """discarded: every critic is back at its warm start after each step, so no state depends on earlier draws
     (the accounting's premise); scheduled: only the m critics (t m .. t m + m - 1) mod N_D of step t keep updates,
-    whatever was drawn; kept: the drawn critics carry their updates, and privacy.json says the bound is then the
+    whatever was drawn, k steps each (the drawn critic takes 2); kept: the drawn critics carry their updates, and privacy.json says the bound is then the
     paper's argument, not a proof."""
     fit(tiny_gswgan(), 1, root=tmp_path / "warm")
     warm = torch.load(tmp_path / "warm" / WARM_START)["critics"]
-    model, drawn = tiny_gswgan(critic_updates=updates, scheduled_critics=m,
-                               pretrained_critics=str(tmp_path / "warm" / WARM_START)), []
+    schedule = {"scheduled_critics": m, "scheduled_steps": k} if updates == "scheduled" else {}
+    model, drawn = tiny_gswgan(critic_updates=updates, pretrained_critics=str(tmp_path / "warm" / WARM_START),
+                               **schedule), []
     score = model.critics.score
 
     def scheduled(t: int, i: int) -> bool:  # critic i is in step t's block: critics t m .. t m + m - 1 mod 4
         return updates == "scheduled" and (i - t * m) % 4 < m
 
-    def kept(i: int, steps: int) -> int:  # the 2-step updates critic i keeps from the first `steps` steps
+    def kept(i: int, steps: int) -> int:  # the critic steps critic i keeps from the first `steps` steps
         if updates == "scheduled":
-            return sum(scheduled(t, i) for t in range(steps))
-        return (updates == "kept") * drawn[:steps].count(i)
+            return k * sum(scheduled(t, i) for t in range(steps))
+        return 2 * (updates == "kept") * drawn[:steps].count(i)
 
     def spy(i, x, y):  # the gradient comes from critic i after this step's 2 critic steps
         t = len(drawn)
         drawn.append(i)
         scheduled_now = scheduled(t, i)  # step t's scheduled update comes before its draw
-        assert model.critics.steps[i] == warm["steps"][i] + 2 * (1 + kept(i, t) + scheduled_now)
+        assert model.critics.steps[i] == warm["steps"][i] + 2 + kept(i, t) + k * scheduled_now
         return score(i, x, y)
 
     model.critics.score = spy
@@ -319,17 +320,22 @@ def test_the_drawn_critic_is_trained_before_its_gradient_and_then_reset_or_kept(
     after = model.critics.state_dict()
     changed = {i for i in range(4) if any(not torch.equal(after[k][i], warm[k][i]) for k in warm)}
     assert changed == {"discarded": set(), "scheduled": {0, 1, 2, 3}, "kept": set(drawn)}[updates]
-    assert [after["steps"][i] - warm["steps"][i] for i in range(4)] == [2 * kept(i, 5) for i in range(4)]
+    assert [after["steps"][i] - warm["steps"][i] for i in range(4)] == [kept(i, 5) for i in range(4)]
     report = json.loads((tmp_path / "run" / "privacy.json").read_text())
     assert report.get("caveats") == ([KEPT_CAVEAT] if updates == "kept" else None)
     assert report["mechanisms"][MECHANISM]["params"][0]["critic_updates"] == updates
     assert report["mechanisms"][MECHANISM]["params"][0]["scheduled_critics"] == m
+    assert report["mechanisms"][MECHANISM]["params"][0]["scheduled_steps"] == k
     with pytest.raises(ValueError, match="critic_updates"):
         tiny_gswgan(critic_updates="reset")
-    with pytest.raises(ValueError, match="needs critic_updates=scheduled"):
+    with pytest.raises(ValueError, match="need critic_updates=scheduled"):
         tiny_gswgan(critic_updates="discarded", scheduled_critics=2)
+    with pytest.raises(ValueError, match="need critic_updates=scheduled"):
+        tiny_gswgan(critic_updates="kept", scheduled_steps=1)
     with pytest.raises(ValueError, match="must divide"):
         tiny_gswgan(scheduled_critics=3)
+    with pytest.raises(ValueError, match="scheduled_steps"):
+        tiny_gswgan(scheduled_steps=0)
 
 
 def test_a_scheduled_block_of_critics_sees_no_other_shard(monkeypatch, tmp_path):

@@ -45,7 +45,7 @@ class GSWGAN(PrivateGenerator):
     gradient is the sanitized d(-D_j(G(z, y)))/d G(z, y) of each of the `batch_size` samples; then the EMA. With
     critic_updates="discarded" critic j then goes back to its warm-start state; "scheduled" (the default) does the
     same and, before the draw, gives the `scheduled_critics` critics (t m .. t m + m - 1) mod N_D of step t
-    `critic_steps` steps that they keep (a public schedule, so the critics follow the generator without their
+    `scheduled_steps` steps (default `critic_steps`) that they keep (a public schedule, so the critics follow the generator without their
     states depending on the draws); the reference keeps the drawn critic's updates ("kept", which privacy.json
     flags).
 
@@ -59,6 +59,7 @@ class GSWGAN(PrivateGenerator):
     def __init__(self, shape, num_classes, kind, z_dim: int = 10, batch_size: int = 32, n_discriminators: int = 1000,
                  critic_steps: int = 5, lr: float = 1e-4, betas: tuple[float, float] = (0.5, 0.9),
                  ema_decay: float = 0.999, critic_updates: str = "scheduled", scheduled_critics: int = 1,
+                 scheduled_steps: int | None = None,
                  sanitizer: dict | None = None, critics: dict | None = None,
                  pretrain: dict | None = None, pretrained_critics: str | None = None, generator: dict | None = None,
                  class_probs=None, seed: int = 0):
@@ -71,13 +72,16 @@ class GSWGAN(PrivateGenerator):
         if critic_updates not in CRITIC_UPDATES:
             raise ValueError(f"critic_updates must be one of {CRITIC_UPDATES}, got {critic_updates!r}")
         self.critic_updates = critic_updates
-        if critic_updates != "scheduled" and scheduled_critics != 1:
-            raise ValueError(f"scheduled_critics={scheduled_critics} needs critic_updates=scheduled")
+        if critic_updates != "scheduled" and (scheduled_critics != 1 or scheduled_steps is not None):
+            raise ValueError("scheduled_critics and scheduled_steps need critic_updates=scheduled")
         if int(scheduled_critics) != scheduled_critics or not 1 <= scheduled_critics <= self.n_discriminators \
                 or self.n_discriminators % scheduled_critics:
             raise ValueError(f"scheduled_critics must divide n_discriminators ({self.n_discriminators}), got "
                              f"{scheduled_critics}")
         self.scheduled_critics = int(scheduled_critics)
+        self.scheduled_steps = self.critic_steps if scheduled_steps is None else int(scheduled_steps)
+        if self.scheduled_steps < 1:
+            raise ValueError(f"scheduled_steps must be >= 1, got {scheduled_steps}")
         self.net_train = copy.deepcopy(self.net_g)
         self.sanitizer = SanitizerParams(n_discriminators=self.n_discriminators, **(sanitizer or {}))
         self.critics = CriticEnsemble(self.n_discriminators, self.shape, self.num_classes, lr=lr, betas=self.betas,
@@ -184,10 +188,10 @@ class GSWGAN(PrivateGenerator):
 
     # training
 
-    def train_critics(self, s: int, e: int) -> torch.Tensor:
-        """`critic_steps` WGAN-GP steps of critics s..e-1 at once, each on batches of its own shard against the
-        current generator; the last step's losses (e-s,)."""
-        for _ in range(self.critic_steps):
+    def train_critics(self, s: int, e: int, steps: int) -> torch.Tensor:
+        """`steps` WGAN-GP steps of critics s..e-1 at once, each on batches of its own shard against the current
+        generator; the last step's losses (e-s,)."""
+        for _ in range(steps):
             real_x, real_y = self.shard_batch(s, e)
             # each critic's fakes carry its shard's private labels and are a generator batch of their own, so
             # BatchNorm's batch statistics mix no two shards; running statistics are left as they were
@@ -199,10 +203,10 @@ class GSWGAN(PrivateGenerator):
     def training_step(self, batch, batch_idx):
         if self.critic_updates == "scheduled":  # chosen by the step number alone, never by a draw
             s = self.global_step * self.scheduled_critics % self.n_discriminators
-            self.train_critics(s, s + self.scheduled_critics)
+            self.train_critics(s, s + self.scheduled_critics, self.scheduled_steps)
         j = int(torch.randint(self.n_discriminators, (1,), generator=self.rng))  # the subsampling of the accounting
         before = self.critics.state_of(j) if self.critic_updates in SUBSAMPLED_UPDATES else None
-        d_loss = self.train_critics(j, j + 1)[0]
+        d_loss = self.train_critics(j, j + 1, self.critic_steps)[0]
         y = self.random_labels(self.batch_size)
         fake = self.net_train(self.latent(self.batch_size), y)
         probe = fake.detach().requires_grad_(True)
@@ -215,7 +219,8 @@ class GSWGAN(PrivateGenerator):
         self.ledger.record(MECHANISM, rdp, event=event, params={
             "n_discriminators": self.n_discriminators, "batch_size": self.batch_size,
             "noise_multiplier": self.sanitizer.noise_multiplier, "clip": self.sanitizer.clip,
-            "critic_updates": self.critic_updates, "scheduled_critics": self.scheduled_critics})
+            "critic_updates": self.critic_updates, "scheduled_critics": self.scheduled_critics,
+            "scheduled_steps": self.scheduled_steps})
         opt = self.optimizers()
         opt.zero_grad()
         steps_before = self.global_step
