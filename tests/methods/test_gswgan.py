@@ -269,8 +269,9 @@ def on_neighbours(monkeypatch, tmp_path, steps: int, read, **kw) -> list:
                             **kw)
         assert any(isinstance(m, torch.nn.BatchNorm2d) for m in model.net_g.modules())
         # CPU: bitwise equality needs deterministic kernels (GPU convolutions and reductions may differ run to run)
-        pl.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                   enable_model_summary=False, default_root_dir=tmp_path, accelerator="cpu").fit(model, datamodule=datamodule)
+        trainer = pl.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                             enable_model_summary=False, default_root_dir=tmp_path, accelerator="cpu")
+        trainer.fit(model, datamodule=datamodule)
         out.append(read(model))
     return out
 
@@ -290,8 +291,8 @@ def test_private_labels_do_not_reach_the_released_generator_through_batch_norm(m
 def test_the_drawn_critic_is_trained_before_its_gradient_and_then_reset_or_kept(updates, m, k, tmp_path):
     """discarded: every critic is back at its warm start after each step, so no state depends on earlier draws
     (the accounting's premise); scheduled: only the m critics (t m .. t m + m - 1) mod N_D of step t keep updates,
-    whatever was drawn, k steps each (the drawn critic takes 2); kept: the drawn critics carry their updates, and privacy.json says the bound is then the
-    paper's argument, not a proof."""
+    whatever was drawn, k steps each (the drawn critic takes 2); kept: the drawn critics carry their updates, and
+    privacy.json says the bound is then the paper's argument, not a proof."""
     fit(tiny_gswgan(), 1, root=tmp_path / "warm")
     warm = torch.load(tmp_path / "warm" / WARM_START)["critics"]
     schedule = {"scheduled_critics": m, "scheduled_steps": k} if updates == "scheduled" else {}

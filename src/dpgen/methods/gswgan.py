@@ -45,9 +45,9 @@ class GSWGAN(PrivateGenerator):
     gradient is the sanitized d(-D_j(G(z, y)))/d G(z, y) of each of the `batch_size` samples; then the EMA. With
     critic_updates="discarded" critic j then goes back to its warm-start state; "scheduled" (the default) does the
     same and, before the draw, gives the `scheduled_critics` critics (t m .. t m + m - 1) mod N_D of step t
-    `scheduled_steps` steps (default `critic_steps`) that they keep (a public schedule, so the critics follow the generator without their
-    states depending on the draws); the reference keeps the drawn critic's updates ("kept", which privacy.json
-    flags).
+    `scheduled_steps` steps (default `critic_steps`) that they keep (a public schedule, so the critics follow the
+    generator without their states depending on the draws); the reference keeps the drawn critic's updates
+    ("kept", which privacy.json flags).
 
     `net_g` (what `generator`, `sample` and the checkpoints release) is the EMA of the trained generator
     `net_train` (decay min(1 - 1/(t+1), 0.999), the reference's exp_mov_avg)."""
