@@ -6,7 +6,7 @@ one summary line per run.
 RUNS_FILE: one run per line, `name override override ...`; blank lines and lines starting with # are skipped.
 Each run writes to OUT_DIR/<name> (its log to OUT_DIR/<name>.log); OUT_DIR/summary.json holds each run's command,
 exit status, wall time and headline metrics (downstream accuracy under each protocol, IS, FID, epsilon).
-Started again on the same OUT_DIR (e.g. in a later session), it skips the runs that finished (their metrics.json is
+Started again on the same OUT_DIR (e.g. after a cut-off), it skips the runs that finished (their metrics.json is
 there) and resumes those that left a checkpoint (`resume=OUT_DIR/<name>/checkpoints/last.ckpt`, the log appended)."""
 from __future__ import annotations
 
