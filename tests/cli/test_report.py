@@ -136,7 +136,7 @@ def test_the_comparison_table_takes_each_cell_from_the_run_its_spec_names(tmp_pa
         "columns: {mnist: [1, 10]}\nmethods:\n"
         "  - {name: G-PATE, cells: {mnist_1: gpate_mnist_1.0}, paper: {mnist_1: 0.588, mnist_10: 0.8092}}\n"
         "  - {name: GAN, cells: {mnist: gan_mnist_inf}, paper: {mnist: 0.9653}}\n"
-        "  - {name: Y, notes: {mnist_1: 'no step fits (plan)'}}\n")
+        "  - {name: Y, notes: {mnist_1: 'no step fits (plan)'}, paper: {mnist_10: 0.6073}, paper_name: Y paper}\n")
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "RESULTS.md").write_text("# R\n<!-- comparison -->\nold\n<!-- /comparison -->\n<!-- report -->\n"
@@ -148,7 +148,7 @@ def test_the_comparison_table_takes_each_cell_from_the_run_its_spec_names(tmp_pa
         "| G-PATE | [25.0 / 30.0 / 62.5](results/gpate_mnist_1.0) (paper 58.80) | not run (paper 80.92) |",
         "| GAN | [92.0 / - / -](results/gan_mnist_inf) (paper 96.53) "
         "| [92.0 / - / -](results/gan_mnist_inf) (paper 96.53) |",
-        "| Y | no step fits (plan) | not run |"]
+        "| Y | no step fits (plan) | not run (Y paper 60.73) |"]
     assert drawn == [((1.0,), (0.25,))]  # the plot draws the cells' runs only
     (results / "comparison.yaml").write_text("columns: {mnist: [1]}\nmethods:\n  - {name: X, cells: {mnist_1: gone}}\n")
     with pytest.raises(FileNotFoundError, match="gone .cell X, mnist_1. is no kept run"):

@@ -194,14 +194,16 @@ def comparison_table(spec_path: Path) -> str:
     """The papers' table shape: one row per method, one column per (data, epsilon) of `spec_path`'s `columns`;
     each cell the accuracies of the run its `cells` names (a folder beside `spec_path`), epoch chosen on the
     synthetic hold-out / the private validation split / the real test set, then what the paper reports
-    (`paper`). A run the spec names must exist; a cell it leaves out reads "not run", or its `notes` entry (why no
-    run stands there, e.g. what the planner says the budget buys)."""
+    (`paper`; a method whose numbers come from another paper than the one most rows cite names it in `paper_name`).
+    A run the spec names must exist; a cell it leaves out reads "not run", or its `notes` entry (why no run stands
+    there, e.g. what the planner says the budget buys)."""
     spec = OmegaConf.to_container(OmegaConf.load(spec_path))
     columns = [(data, eps) for data, budgets in spec["columns"].items() for eps in budgets]
     head = ["method", *(f"{data}, eps = {eps:g}" for data, eps in columns)]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * len(columns)]
     for method in spec["methods"]:
         cells, paper, notes = (method.get(part) or {} for part in ("cells", "paper", "notes"))
+        paper_name = method.get("paper_name", "paper")
         out = []
         for data, eps in columns:
             key = f"{data}_{eps:g}"
@@ -216,7 +218,7 @@ def comparison_table(spec_path: Path) -> str:
                 u = load_run(run)["utility"]
                 cell = (f"[{percent(u.get('synthetic'))} / {percent(u.get('private_val'))} / "
                         f"{percent(u.get('test'))}]({spec_path.parent.name}/{run_name})")  # from the folder above
-            out.append(cell + ("" if reported is None else f" (paper {100 * reported:.2f})"))
+            out.append(cell + ("" if reported is None else f" ({paper_name} {100 * reported:.2f})"))
         lines.append(f"| {method['name']} | " + " | ".join(out) + " |")
     return "\n".join(lines) + "\n"
 
