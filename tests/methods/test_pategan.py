@@ -249,3 +249,45 @@ def test_votes_real_logs_the_share_of_released_real_labels(monkeypatch):
     fit(model, steps=2)
     assert [entry["votes/real"] for entry in logged] == [4 / n, 0.0]
     assert not any(key.startswith("private/") for entry in logged for key in entry)  # a released quantity
+
+
+def generated_sum(model, n=2000) -> float:
+    with torch.no_grad():
+        x, _ = model.generated(n)
+    return float(x.sum(1).mean())
+
+
+def test_pairwise_vote_ranks_two_samples_and_the_generator_climbs_the_ranking(monkeypatch):
+    """Teachers that score a sample by its feature sum and call every generated sample fake (logit sum - 100):
+    under the paper's vote every released label is "fake" and the generator learns nothing of the ranking;
+    under `vote=pairwise` a query asks which of two samples of one label scores higher, one charge per pair,
+    the released answer is the teachers' ranking, and the generator raises the feature sum the teachers prefer."""
+    ranked = {}
+    for vote in ("sample", "pairwise"):
+        torch.manual_seed(0)
+        model = tiny(lam=1000.0, vote=vote)  # noise of scale 1e-3 votes: the released label is the majority
+        queries = []
+
+        def teachers(x, y):
+            queries.append(x.detach().clone())
+            return x.sum(1)[None].expand(TEACHERS, -1) - 100.0
+
+        monkeypatch.setattr(model.ensemble, "predict_logits", teachers)
+        logged = []
+        log_dict = model.log_dict
+        model.log_dict = lambda d, **kw: (logged.append({k: float(v) for k, v in d.items()}), log_dict(d, **kw))
+        before = generated_sum(model)
+        fit(model, steps=100)
+        ranked[vote] = generated_sum(model) - before
+        entry = model.ledger.summary(1e-5)["mechanisms"][MECHANISM]
+        assert entry["count"] == 100 * model.queries_per_step() == 100 * 5 * 16  # one query per sample or pair
+        if vote == "sample":
+            assert {e["votes/real"] for e in logged} == {0.0}
+        else:  # each student step asks 16 pairs (u, v); "u" is released iff sum(u) > sum(v)
+            assert len(queries) == 2 * 100 * model.student_steps
+            u, v = queries[-2], queries[-1]
+            labels = (u.sum(1) > v.sum(1)).float()
+            assert 0 < labels.mean() < 1
+    assert ranked["pairwise"] > 1.0 and ranked["sample"] < 0, ranked  # of a sum in [0, 4], about 2 at the start
+    with pytest.raises(ValueError, match="vote must be one of"):
+        tiny(vote="triple")

@@ -25,6 +25,7 @@ from dpgen.privacy.ledger import PrivacyLedger
 from dpgen.privacy.rdp import DEFAULT_ORDERS
 
 MECHANISM = "laplace_pate"
+VOTES = ("sample", "pairwise")
 
 
 class PATEGAN(PrivateGenerator):
@@ -37,6 +38,15 @@ class PATEGAN(PrivateGenerator):
         the first vote. Not in Algorithm 1; free under PATE, whose only release is the noisy vote (PATE-GAN
         section 3: the teachers' parameters are never published), and it lets the first votes be confident,
         hence cheap under the data-dependent bound. 0 = the paper.
+    vote: what one query asks. "sample" (Algorithm 1): is this generated sample real? Each teacher votes real
+        iff its logit is > 0 (eq. 3); the student learns the labels and the generator learns -log S(G(z)).
+        "pairwise" (not in the paper): which of two generated samples of one label is the more real? Each
+        teacher votes for the one its logit ranks higher; the student learns a score S with
+        P(a above b) = sigmoid(S(a) - S(b)) and the generator raises S. The teachers tell every generated sample
+        from their records as soon as training starts, so the sample vote is unanimously "fake" and teaches the
+        student nothing (section 4.2.2); a ranking of fakes is informative however well they are told apart.
+        The same binary vote of the same teachers on public inputs, one query per pair: the same noise and
+        the same accounting (docs/PRIVACY.md).
     Tables: generator and student are depth-3 MLPs with hidden sizes d, d/2, d (appendix "Hyper-parameter
     Optimization"); images: the DCGAN-style conditional nets of G-PATE (appendix E).
     """
@@ -47,18 +57,20 @@ class PATEGAN(PrivateGenerator):
 
     def __init__(self, shape, num_classes, kind, n_teachers: int, lam: float, batch_size: int = 64,
                  teacher_steps: int = 5, student_steps: int = 5, teacher_warmup: int = 0, z_dim: int = 100,
-                 lr: float = 1e-4, beta1: float = 0.5, generator: dict | None = None, student: dict | None = None,
-                 teachers: dict | None = None, class_probs=None, seed: int = 0):
+                 lr: float = 1e-4, beta1: float = 0.5, vote: str = "sample", generator: dict | None = None,
+                 student: dict | None = None, teachers: dict | None = None, class_probs=None, seed: int = 0):
         if not lam > 0:
             raise ValueError(f"lam (inverse Laplace scale) must be > 0, got {lam}")
         if min(batch_size, teacher_steps, student_steps, n_teachers) < 1:
             raise ValueError("batch_size, teacher_steps, student_steps and n_teachers must be >= 1")
         if teacher_warmup < 0:
             raise ValueError(f"teacher_warmup must be >= 0, got {teacher_warmup}")
+        if vote not in VOTES:
+            raise ValueError(f"vote must be one of {VOTES}, got {vote!r}")
         super().__init__(shape, num_classes, kind, z_dim=z_dim, generator=generator, class_probs=class_probs)
         self.n_teachers, self.lam = int(n_teachers), float(lam)
         self.batch_size, self.teacher_steps, self.student_steps = int(batch_size), int(teacher_steps), int(student_steps)
-        self.teacher_warmup, self.lr, self.beta1 = int(teacher_warmup), lr, beta1
+        self.teacher_warmup, self.lr, self.beta1, self.vote = int(teacher_warmup), lr, beta1, vote
         self.student = self.build_judge("relu", **(student or {}))
         self.ensemble = TeacherEnsemble(self.n_teachers, self.shape, self.num_classes, seed=seed,
                                         **{"lr": lr, "betas": (beta1, 0.999), **(teachers or {})})
@@ -91,15 +103,23 @@ class PATEGAN(PrivateGenerator):
         return self.ensemble.train_step(real_x, real_y, fake, fake_y)
 
     def student_step(self) -> tuple[torch.Tensor, float]:
-        """Algorithm 1 lines 12-21: n generated samples, labelled by the noisy vote, charged, then learned.
-        Returns the student's loss and the fraction of the released labels that say "real"."""
+        """Algorithm 1 lines 12-21: n queries on generated samples (or pairs, `vote`), answered by the noisy vote,
+        charged, then learned. Returns the student's loss and the fraction of the released labels that say
+        "real" (pairwise: "the first of the pair")."""
         with torch.no_grad():
             u, y = self.generated(self.batch_size)
-        release = laplace_vote_batch(self.ensemble.predict_logits(u, y), self.lam, self.orders, self.rng)
+            logits = self.ensemble.predict_logits(u, y)
+            if self.vote == "pairwise":  # a second sample of each label: teacher t votes "u" iff T_t(u) > T_t(v)
+                v = self.net_g(self.latent(self.batch_size), y)
+                logits = logits - self.ensemble.predict_logits(v, y)
+        release = laplace_vote_batch(logits, self.lam, self.orders, self.rng)
         self.ledger.record(MECHANISM, release.rdp, count=release.count,
                            params={"lam": self.lam, "laplace_scale": 1.0 / self.lam, "n_teachers": self.n_teachers})
         target = torch.as_tensor(release.labels, dtype=u.dtype, device=u.device)
-        loss = bce(self.student(u, y).view(-1), target)
+        score = self.student(u, y).view(-1)
+        if self.vote == "pairwise":  # Bradley-Terry: P(u above v) = sigmoid(S(u) - S(v))
+            score = score - self.student(v, y).view(-1)
+        loss = bce(score, target)
         opt = self.optimizers()[1]
         opt.zero_grad()
         self.manual_backward(loss)
@@ -107,7 +127,10 @@ class PATEGAN(PrivateGenerator):
         return loss.detach(), float(release.labels.mean())
 
     def generator_step(self) -> torch.Tensor:
-        """Algorithm 1 lines 22-24, with the non-saturating form -log S(G(z)) of eq. 5's log(1 - S(G(z)))."""
+        """Algorithm 1 lines 22-24, with the non-saturating form -log S(G(z)) of eq. 5's log(1 - S(G(z)));
+        pairwise: -S(G(z)), the student's score raised."""
+        if self.vote == "pairwise":
+            return self.generator_step_against(self.student, lambda s: -s.mean(), self.batch_size)
         return self.generator_step_against(self.student, lambda s: bce(s, torch.ones_like(s)), self.batch_size)
 
     def training_step(self, batch, batch_idx):
