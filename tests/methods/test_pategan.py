@@ -15,6 +15,7 @@ from dpgen.callbacks.privacy_budget import PrivacyBudget
 from dpgen.cli.common import CONF_DIR
 from dpgen.cli.train import build_datamodule, build_method
 from dpgen.data.base import DPGenDataModule, TensorData
+from dpgen.methods import pategan
 from dpgen.methods.pategan import MECHANISM, PATEGAN
 from dpgen.privacy.rdp import DEFAULT_ORDERS
 
@@ -76,6 +77,14 @@ def test_a_teacher_never_sees_a_record_outside_its_partition(monkeypatch):
         assert set(records.tolist()) <= set(part.tolist())
     # the partitions are fixed for the run and disjoint
     assert sum(len(p) for p in dm.partitions) == len(torch.cat(dm.partitions).unique()) == RECORDS
+
+
+def spy_logs(model) -> list:
+    """Every dict the model logs, as floats, in order (the model still logs it)."""
+    logged = []
+    log_dict = model.log_dict
+    model.log_dict = lambda d, **kw: (logged.append({k: float(v) for k, v in d.items()}), log_dict(d, **kw))
+    return logged
 
 
 def test_teacher_warmup_trains_teachers_on_their_own_records_without_charging(monkeypatch):
@@ -202,9 +211,7 @@ def test_tiny_run_lowers_the_teacher_and_student_losses():
     student learns the teachers' labels: both losses fall from their value at the first step."""
     model = tiny(lam=5.0)
     model.log_private = True  # the teacher loss is computed on private records: logged only when asked
-    losses = []
-    log_dict = model.log_dict
-    model.log_dict = lambda d, **kw: (losses.append({k: float(v) for k, v in d.items()}), log_dict(d, **kw))
+    losses = spy_logs(model)
     fit(model, steps=30)
     first, last = losses[0], np.mean([[l["private/loss/teachers"], l["loss/student"]] for l in losses[-5:]], axis=0)
     assert last[0] < first["private/loss/teachers"] and last[1] < first["loss/student"]
@@ -243,9 +250,7 @@ def test_votes_real_logs_the_share_of_released_real_labels(monkeypatch):
     answers = iter([torch.cat([torch.ones(TEACHERS, 4), -torch.ones(TEACHERS, n - 4)], 1)] * model.student_steps
                    + [-torch.ones(TEACHERS, n)] * model.student_steps)  # step 1: 4 of 16 real; step 2: none
     monkeypatch.setattr(model.ensemble, "predict_logits", lambda x, y: next(answers))
-    logged = []
-    log_dict = model.log_dict
-    model.log_dict = lambda d, **kw: (logged.append({k: float(v) for k, v in d.items()}), log_dict(d, **kw))
+    logged = spy_logs(model)
     fit(model, steps=2)
     assert [entry["votes/real"] for entry in logged] == [4 / n, 0.0]
     assert not any(key.startswith("private/") for entry in logged for key in entry)  # a released quantity
@@ -263,6 +268,7 @@ def test_pairwise_vote_ranks_two_samples_and_the_generator_climbs_the_ranking(mo
     under `vote=pairwise` a query asks which of two samples of one label scores higher, one charge per pair,
     the released answer is the teachers' ranking, and the generator raises the feature sum the teachers prefer."""
     ranked = {}
+    vote_batch = pategan.laplace_vote_batch
     for vote in ("sample", "pairwise"):
         torch.manual_seed(0)
         model = tiny(lam=1000.0, vote=vote)  # noise of scale 1e-3 votes: the released label is the majority
@@ -273,9 +279,10 @@ def test_pairwise_vote_ranks_two_samples_and_the_generator_climbs_the_ranking(mo
             return x.sum(1)[None].expand(TEACHERS, -1) - 100.0
 
         monkeypatch.setattr(model.ensemble, "predict_logits", teachers)
-        logged = []
-        log_dict = model.log_dict
-        model.log_dict = lambda d, **kw: (logged.append({k: float(v) for k, v in d.items()}), log_dict(d, **kw))
+        releases = []  # each student step's release
+        monkeypatch.setattr(pategan, "laplace_vote_batch",
+                            lambda *a, out=releases: out.append(vote_batch(*a)) or out[-1])
+        logged = spy_logs(model)
         before = generated_sum(model)
         fit(model, steps=100)
         ranked[vote] = generated_sum(model) - before
@@ -286,8 +293,8 @@ def test_pairwise_vote_ranks_two_samples_and_the_generator_climbs_the_ranking(mo
         else:  # each student step asks 16 pairs (u, v); "u" is released iff sum(u) > sum(v)
             assert len(queries) == 2 * 100 * model.student_steps
             u, v = queries[-2], queries[-1]
-            labels = (u.sum(1) > v.sum(1)).float()
-            assert 0 < labels.mean() < 1
+            labels = (u.sum(1) > v.sum(1)).long().numpy()
+            assert (releases[-1].labels == labels).all() and 0 < labels.mean() < 1
     assert ranked["pairwise"] > 1.0 and ranked["sample"] < 0, ranked  # of a sum in [0, 4], about 2 at the start
     with pytest.raises(ValueError, match="vote must be one of"):
         tiny(vote="triple")
