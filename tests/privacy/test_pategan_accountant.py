@@ -2,6 +2,7 @@
 
 import math
 
+import mpmath as mp
 import numpy as np
 import pytest
 
@@ -83,3 +84,25 @@ def test_errors():
         pategan.rdp_laplace_pate([3, 1], 0.0, [2.0])
     with pytest.raises(ValueError):
         pategan.log_q_laplace([3], 1.0)
+
+
+
+def test_large_lam_stays_finite_and_matches_high_precision():
+    # lam = 1000 (the noise-free controls' vote noise of scale 0.001): e^{4 lam} overflows a float, the validity
+    # bound 1 / (e^{2 lam} + 1) = e^{-2000} does not in logs. A unanimous vote of 100 has q = (2 + 1e5) / 4 e^{-1e5},
+    # far below it, so every integer moment takes Theorem 3's value, here computed again in 60-digit arithmetic.
+    lam, orders = 1000.0, DEFAULT_ORDERS
+    with np.errstate(over="raise", invalid="raise"):
+        rdp = pategan.rdp_laplace_pate([100, 0], lam, orders)
+    with mp.workdps(60):
+        q = (2 + mp.mpf(lam) * 100) / (4 * mp.exp(lam * 100))
+        for a, got in zip(orders, rdp):
+            l = a - 1
+            if l >= 1 and l == round(l):
+                alpha = mp.log((1 - q) * ((1 - q) / (1 - mp.exp(2 * lam) * q)) ** int(l) + q * mp.exp(2 * lam * l))
+                assert got == pytest.approx(float(min(alpha / l, 2 * lam**2 * a)), rel=1e-9, abs=1e-300)
+            else:
+                assert got == pytest.approx(2 * lam**2 * a)
+    assert rdp[orders == 2.0] == 0.0 and rdp[orders == 51.0] > 0  # log q + 2 lam l turns positive at l = 50
+    with np.errstate(over="raise", invalid="raise"):  # a tie stays data-independent
+        np.testing.assert_allclose(pategan.rdp_laplace_pate([50, 50], lam, orders), 2 * lam**2 * orders)

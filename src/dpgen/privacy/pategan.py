@@ -55,15 +55,16 @@ def rdp_laplace_pate(votes, lam: float, orders) -> np.ndarray:
     orders = as_orders(orders)
     data_independent = rdp_laplace_pate_data_independent(lam, orders)
     log_q = log_q_laplace(votes, lam)
-    # validity condition of Papernot et al. 2017 Theorem 3, in logs: log q < log(e^{2lam} - 1) - log(e^{4lam} - 1)
-    if not log_q < np.log(np.expm1(2.0 * lam)) - np.log(np.expm1(4.0 * lam)):
+    # validity condition of Papernot et al. 2017 Theorem 3: q < (e^{2lam} - 1) / (e^{4lam} - 1) = 1 / (e^{2lam} + 1),
+    # in logs (finite for any lam, where e^{4lam} overflows from lam ~ 178)
+    if not log_q < -np.logaddexp(0.0, 2.0 * lam):
         return data_independent
     q = np.exp(log_q)
     moments = orders - 1.0
     integer = (moments >= 1.0) & (moments == np.round(moments))
     l = moments[integer]
     alpha = np.logaddexp(
-        np.log1p(-q) + l * (np.log1p(-q) - np.log1p(-np.exp(2.0 * lam) * q)),
+        np.log1p(-q) + l * (np.log1p(-q) - np.log1p(-np.exp(2.0 * lam + log_q))),  # e^{2lam} q < 1 here
         log_q + 2.0 * lam * l,
     )
     rdp = data_independent.copy()
