@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
@@ -26,7 +27,7 @@ ABLATIONS = {"proj5": ("method.module.aggregator.proj_dim", 5), "proj20": ("meth
              "bins5": ("method.module.aggregator.bins", 5), "bins20": ("method.module.aggregator.bins", 20)}
 CELLS |= {f"gpate_{d}_ablation_{a}" for d in ("mnist", "fashion_mnist") for a in ABLATIONS}
 # baselines as the G-PATE paper configures them where that differs from the method's default
-BASELINE_CELLS = {"dpgan_gpate_appendix"}
+BASELINE_CELLS = {"dpgan_gpate_appendix", "gswgan_cpu"}
 
 
 def composed(name: str, *overrides: str) -> dict:
@@ -147,3 +148,22 @@ def test_dpgan_gpate_appendix_is_the_appendix_e_configuration_and_differs_from_t
     assert default.method.module.generator.arch == default.method.module.discriminator.arch == "conv"
     assert (default.method.module.objective, default.method.module.critic_steps,
             default.method.module.fake_term) == ("bce", 1, "clipped")
+
+
+def test_gswgan_cpu_is_the_kept_control_with_privacy_on():
+    """The CPU-sized GS-WGAN is the configuration whose noise-free control is kept at 85.5%, with privacy on,
+    eps = 10 and the noise that affords its 4,000 steps; it pretrains its own warm start."""
+    cfg = composed("gswgan_cpu")
+    control = yaml.safe_load((Path(__file__).parents[2] / "docs/results/gswgan_mnist_control_nd100_m10_lr3e-4"
+                              / "config.yaml").read_text())
+    assert (cfg["data"]["name"], cfg["privacy"]["epsilon"], cfg["method"]["private"]) == ("mnist", 10.0, True)
+    assert cfg["method"]["module"]["sanitizer"]["noise_multiplier"] == 4.4
+    assert cfg["method"]["module"]["pretrained_critics"] is None
+    changed = {f"m.{k}" for k in ("private", "epsilon", "module.sanitizer.noise_multiplier",
+                                  "module.pretrained_critics", "module.batch_size", "module.seed")}
+    got, kept = flat(cfg["method"], "m."), flat(control["method"], "m.")  # batch_size, seed: interpolations there
+    assert {k for k in got if k not in changed} == {k for k in kept if k not in changed}
+    assert {k: got[k] for k in got if k not in changed} == {k: kept[k] for k in kept if k not in changed}
+    model = instantiate(cfg["method"]["module"], shape=IMAGES["mnist"], num_classes=10, kind="image",
+                        _convert_="all")
+    assert (model.n_discriminators, model.scheduled_critics, model.lr) == (100, 10, 3e-4)
