@@ -1,9 +1,10 @@
 """GS-WGAN's warm start (nn/critic.py CriticEnsemble.pretrain): one WGAN-GP Adam step of a chunk of critics, as
-`python train.py method=gswgan` builds them (conf/method/gswgan.yaml: 1000 critics of model_dim 64 in chunks of 50,
+`python train.py experiment=gswgan_paper` builds them (the reference: 1000 critics of model_dim 64 in chunks of 50,
 batches of 32 MNIST-sized records), in seconds, per critic, and as achieved GFLOP/s beside this process's fp32 matmul
 peak (benchmarks/rates.py); then what the reference's warm start, 1000 critics x 2000 iterations x 5 critic steps,
-takes at that rate, and the same for the CPU-sized variant (`critics.model_dim=16`, 100 critics). Where a GPU is
-present, the same on it, with the configured chunk and with chunks of 200 critics (the GPU's matmul peak beside).
+takes at that rate, and the same for the CPU-sized default (`method=gswgan`: 100 critics of model_dim 16, 100
+iterations). Where a GPU is present, the same on it, with the configured chunk and with chunks of 200 critics (the
+GPU's matmul peak beside).
 
     python -m benchmarks gswgan [--quick]    # --quick: fewer repeats
 
@@ -22,13 +23,12 @@ from benchmarks.rates import GIGA, best_seconds, flop_count, matmul_gflops, trai
 from dpgen.nn.critic import CriticEnsemble
 
 SHAPE, CLASSES = (1, 28, 28), 10
-VARIANTS = {"reference (model_dim 64)": [], "CPU-sized (model_dim 16)": ["method.module.critics.model_dim=16",
-                                                                          "method.module.n_discriminators=100"]}
+VARIANTS = {"reference (model_dim 64)": ["experiment=gswgan_paper"], "CPU-sized (model_dim 16)": ["method=gswgan"]}
 
 
 def configured(*overrides: str):
-    """The method config of `python train.py method=gswgan <overrides>`."""
-    return train_config("method=gswgan", *overrides).method
+    """The method config of `python train.py <overrides>`."""
+    return train_config(*overrides).method
 
 
 def chunk_step(method, device: str = "cpu", chunk: int | None = None) -> tuple[CriticEnsemble, callable, callable]:

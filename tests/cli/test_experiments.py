@@ -27,7 +27,7 @@ ABLATIONS = {"proj5": ("method.module.aggregator.proj_dim", 5), "proj20": ("meth
              "bins5": ("method.module.aggregator.bins", 5), "bins20": ("method.module.aggregator.bins", 20)}
 CELLS |= {f"gpate_{d}_ablation_{a}" for d in ("mnist", "fashion_mnist") for a in ABLATIONS}
 # baselines as the G-PATE paper configures them where that differs from the method's default
-BASELINE_CELLS = {"dpgan_gpate_appendix", "gswgan_cpu"}
+BASELINE_CELLS = {"dpgan_gpate_appendix", "gswgan_paper"}
 
 
 def composed(name: str, *overrides: str) -> dict:
@@ -150,10 +150,12 @@ def test_dpgan_gpate_appendix_is_the_appendix_e_configuration_and_differs_from_t
             default.method.module.fake_term) == ("bce", 1, "clipped")
 
 
-def test_gswgan_cpu_is_the_kept_control_with_privacy_on():
-    """The CPU-sized GS-WGAN is the configuration whose noise-free control is kept at 85.5%, with privacy on,
+def test_gswgan_default_is_the_kept_control_with_privacy_on():
+    """GS-WGAN's default is the configuration whose noise-free control is kept at 85.5%, with privacy on,
     eps = 10 and the noise that affords its 4,000 steps; it pretrains its own warm start."""
-    cfg = composed("gswgan_cpu")
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        default = compose("config", overrides=["method=gswgan"])
+    cfg = {key: OmegaConf.to_container(default[key], resolve=True) for key in ("method", "data", "privacy")}
     control = yaml.safe_load((Path(__file__).parents[2] / "docs/results/gswgan_mnist_control_nd100_m10_lr3e-4"
                               / "config.yaml").read_text())
     assert (cfg["data"]["name"], cfg["privacy"]["epsilon"], cfg["method"]["private"]) == ("mnist", 10.0, True)
@@ -167,3 +169,16 @@ def test_gswgan_cpu_is_the_kept_control_with_privacy_on():
     model = instantiate(cfg["method"]["module"], shape=IMAGES["mnist"], num_classes=10, kind="image",
                         _convert_="all")
     assert (model.n_discriminators, model.scheduled_critics, model.lr) == (100, 10, 3e-4)
+
+
+def test_gswgan_paper_is_the_reference_configuration():
+    """experiment=gswgan_paper: the reference code's 1,000 critics of width 64, 2,000 warm-up iterations, one
+    critic of 5 steps per step, Adam 1e-4, 20,000 steps, and the sound bound's noise 1.07 * sqrt(32)."""
+    method = composed("gswgan_paper")["method"]
+    module = method["module"]
+    assert (method["max_steps"], method["batch_size"], method["epsilon"]) == (20000, 32, 1.0)
+    assert (module["n_discriminators"], module["critics"]["model_dim"], module["pretrain"]["steps"]) == (1000, 64, 2000)
+    assert (module["scheduled_critics"], module["scheduled_steps"], module["critic_steps"]) == (1, None, 5)
+    assert (module["lr"], module["betas"], module["z_dim"]) == (1e-4, [0.5, 0.9], 10)
+    assert module["sanitizer"] == {"clip": 1.0, "noise_multiplier": 6.05}
+    assert round(1.07 * 32 ** 0.5, 2) == 6.05

@@ -183,7 +183,7 @@ def test_pategan_plan_charges_every_labelled_sample():
 
 
 def test_gswgan_plans_both_bounds_and_the_governing_one():
-    overrides = ["method=gswgan", "method.module.n_discriminators=100", *MNIST]
+    overrides = ["experiment=gswgan_paper", "method.module.n_discriminators=100", *MNIST]
     result = main([*overrides, "privacy.conversion=classical"])  # B = 32, sigma 6.05
     as_published = rdp_sampled_wor_gaussian(100, 6.05, 32, GSWGAN_ORDERS)
     sound = rdp_sampled_wor_gaussian(100, 6.05 / np.sqrt(32), 1, GSWGAN_ORDERS)

@@ -44,8 +44,8 @@ TINY_PRIVATE = {
                        "method.module.batch_size=4", *NARROW_IMAGE_NETS],
     "dpgan": [],
     "dpcgan": [],
-    "gswgan": ["method.module.n_discriminators=2", "method.module.critics.model_dim=4",
-               "method.module.pretrain.steps=1"],
+    "gswgan": ["method.module.n_discriminators=2", "method.module.scheduled_critics=1",
+               "method.module.critics.model_dim=4", "method.module.pretrain.steps=1"],
 }
 
 
