@@ -30,10 +30,15 @@ CELLS |= {f"gpate_{d}_ablation_{a}" for d in ("mnist", "fashion_mnist") for a in
 BASELINE_CELLS = {"dpgan_gpate_appendix", "gswgan_paper"}
 
 
-def composed(name: str, *overrides: str) -> dict:
+def composed_config(*overrides: str) -> dict:
+    """The resolved method, data and privacy sections of `python train.py <overrides>`."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=[f"experiment={name}", *overrides])
+        cfg = compose("config", overrides=list(overrides))
     return {key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("method", "data", "privacy")}
+
+
+def composed(name: str, *overrides: str) -> dict:
+    return composed_config(f"experiment={name}", *overrides)
 
 
 def flat(tree: dict, prefix: str = "") -> dict:
@@ -143,19 +148,15 @@ def test_dpgan_gpate_appendix_is_the_appendix_e_configuration_and_differs_from_t
     linears = [m for m in model.net_g.modules() if isinstance(m, torch.nn.Linear)]
     assert [m.out_features for m in linears] == [256, 512, 784] and linears[0].in_features == 128 + 10
     assert model.fake_term == "public" and model.real_loss(torch.ones(3)).item() == -3.0  # -sum D(real)
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        default = compose("config", overrides=["method=dpgan"])
-    assert default.method.module.generator.arch == default.method.module.discriminator.arch == "conv"
-    assert (default.method.module.objective, default.method.module.critic_steps,
-            default.method.module.fake_term) == ("bce", 1, "clipped")
+    default = composed_config("method=dpgan")["method"]["module"]
+    assert default["generator"]["arch"] == default["discriminator"]["arch"] == "conv"
+    assert (default["objective"], default["critic_steps"], default["fake_term"]) == ("bce", 1, "clipped")
 
 
 def test_gswgan_default_is_the_kept_control_with_privacy_on():
     """GS-WGAN's default is the configuration whose noise-free control is kept at 85.5%, with privacy on,
     eps = 10 and the noise that affords its 4,000 steps; it pretrains its own warm start."""
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        default = compose("config", overrides=["method=gswgan"])
-    cfg = {key: OmegaConf.to_container(default[key], resolve=True) for key in ("method", "data", "privacy")}
+    cfg = composed_config("method=gswgan")
     control = yaml.safe_load((Path(__file__).parents[2] / "docs/results/gswgan_mnist_control_nd100_m10_lr3e-4"
                               / "config.yaml").read_text())
     assert (cfg["data"]["name"], cfg["privacy"]["epsilon"], cfg["method"]["private"]) == ("mnist", 10.0, True)
