@@ -47,6 +47,11 @@ class PATEGAN(PrivateGenerator):
         student nothing (section 4.2.2); a ranking of fakes is informative however well they are told apart.
         The same binary vote of the same teachers on public inputs, one query per pair: the same noise and
         the same accounting (docs/PRIVACY.md).
+    pause_teachers_below: the teachers skip an iteration's n_T steps while the previous iteration's released
+        votes called fewer than this share of the generated samples real (not in the paper; 0 = the paper: they
+        always train). The rule reads released labels only, so it is post-processing and the accounting is the
+        paper's. Once the teachers tell every generated sample from their records the vote says "fake"
+        unanimously and the generator gets no signal (section 4.2.2); paused teachers let it catch up first.
     Tables: generator and student are depth-3 MLPs with hidden sizes d, d/2, d (appendix "Hyper-parameter
     Optimization"); images: the DCGAN-style conditional nets of G-PATE (appendix E).
     """
@@ -58,7 +63,8 @@ class PATEGAN(PrivateGenerator):
     def __init__(self, shape, num_classes, kind, n_teachers: int, lam: float, batch_size: int = 64,
                  teacher_steps: int = 5, student_steps: int = 5, teacher_warmup: int = 0, z_dim: int = 100,
                  lr: float = 1e-4, beta1: float = 0.5, vote: str = "sample", generator: dict | None = None,
-                 student: dict | None = None, teachers: dict | None = None, class_probs=None, seed: int = 0):
+                 student: dict | None = None, teachers: dict | None = None, pause_teachers_below: float = 0.0,
+                 class_probs=None, seed: int = 0):
         if not lam > 0:
             raise ValueError(f"lam (inverse Laplace scale) must be > 0, got {lam}")
         if min(batch_size, teacher_steps, student_steps, n_teachers) < 1:
@@ -67,6 +73,10 @@ class PATEGAN(PrivateGenerator):
             raise ValueError(f"teacher_warmup must be >= 0, got {teacher_warmup}")
         if vote not in VOTES:
             raise ValueError(f"vote must be one of {VOTES}, got {vote!r}")
+        if not 0 <= pause_teachers_below <= 1:
+            raise ValueError(f"pause_teachers_below is a share of votes in [0, 1], got {pause_teachers_below}")
+        if pause_teachers_below and vote != "sample":
+            raise ValueError("pause_teachers_below reads the share of samples voted real: it needs vote=sample")
         super().__init__(shape, num_classes, kind, z_dim=z_dim, generator=generator, class_probs=class_probs)
         self.n_teachers, self.lam = int(n_teachers), float(lam)
         self.batch_size, self.teacher_steps, self.student_steps = int(batch_size), int(teacher_steps), int(student_steps)
@@ -79,6 +89,8 @@ class PATEGAN(PrivateGenerator):
         self._step_cost = None
         self.rng = None  # Laplace noise stream, from the OS's entropy at train start (fresh on resume)
         self.register_buffer("warmed_up", torch.tensor(self.teacher_warmup == 0))  # in checkpoints: once per run
+        self.pause_teachers_below = float(pause_teachers_below)
+        self.register_buffer("last_real_share", torch.tensor(1.0))  # the last iteration's released share "real"
 
     def configure_optimizers(self):
         betas = (self.beta1, 0.999)
@@ -148,10 +160,14 @@ class PATEGAN(PrivateGenerator):
                 for x, y in chunks:
                     self.teacher_step(x, y)
             self.warmed_up.fill_(True)
-        t_loss = torch.stack([self.teacher_step(x, y) for x, y in chunks]).mean()
+        train_teachers = float(self.last_real_share) >= self.pause_teachers_below
+        if train_teachers:
+            t_loss = torch.stack([self.teacher_step(x, y) for x, y in chunks]).mean()
         s_losses, real = zip(*(self.student_step() for _ in range(self.student_steps)))
+        self.last_real_share.fill_(sum(real) / len(real))
         g_loss = self.generator_step()
         # votes/real: the share of generated samples the (noisy, released) vote calls real; the student learns
         # nothing the generator can use while it is 0 (PATE-GAN section 4.2.2)
         self.log_losses({"loss/student": torch.stack(s_losses).mean(), "loss/g": g_loss,
-                         "votes/real": sum(real) / len(real)}, private={"loss/teachers": t_loss})
+                         "votes/real": float(self.last_real_share), "teachers/trained": float(train_teachers)},
+                        private={"loss/teachers": t_loss} if train_teachers else {})
