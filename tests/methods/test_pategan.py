@@ -303,19 +303,24 @@ def test_pairwise_vote_ranks_two_samples_and_the_generator_climbs_the_ranking(mo
 def test_teachers_pause_while_the_released_vote_calls_too_few_samples_real(monkeypatch):
     """pause_teachers_below = 0.25: an iteration's teacher steps are skipped when the previous iteration's released
     labels called fewer than a quarter of the generated samples real; every query is still made and charged, and
-    the rule reads the released labels, not the teachers' votes."""
-    model = tiny(lam=1000.0, pause_teachers_below=0.25)
-    n, s = model.batch_size, model.student_steps
-    real = [8, 0, 4, 12]  # samples voted real in every student step of iterations 1-4: 50%, 0%, 25%, 75%
-    answers = iter([torch.cat([torch.ones(TEACHERS, r), -torch.ones(TEACHERS, n - r)], 1) for r in real for _ in
-                    range(s)])
-    monkeypatch.setattr(model.ensemble, "predict_logits", lambda x, y: next(answers))
+    the rule reads the released labels (here the noise's), not the teachers' votes (here all "fake")."""
+    model = tiny(pause_teachers_below=0.25)
+    n = model.batch_size
+    real = iter([r for r in (8, 0, 4, 12) for _ in range(model.student_steps)])  # released "real" labels, iterations 1-4
+    vote_batch = pategan.laplace_vote_batch
+
+    def noisy_release(logits, *args):
+        release = vote_batch(-torch.ones_like(logits), *args)  # every teacher votes "fake"
+        release.labels[:] = np.arange(n) < next(real)  # ... and the noise flipped some labels
+        return release
+
+    monkeypatch.setattr(pategan, "laplace_vote_batch", noisy_release)
     seen = spy_teacher_records(model, monkeypatch)
     logged = spy_logs(model)
     fit(model, steps=4)
+    assert [e["votes/real"] for e in logged] == [8 / n, 0.0, 4 / n, 12 / n]  # 50%, 0%, 25%, 75%
     assert [e["teachers/trained"] for e in logged] == [1.0, 1.0, 0.0, 1.0]  # the first: no vote yet
     assert len(seen) == 3 * model.teacher_steps
-    assert [e["votes/real"] for e in logged] == [r / n for r in real]
     assert model.ledger.summary(1e-5)["mechanisms"][MECHANISM]["count"] == 4 * model.queries_per_step()
     for bad in (-0.1, 1.5):
         with pytest.raises(ValueError, match="pause_teachers_below"):
