@@ -327,3 +327,19 @@ def test_teachers_pause_while_the_released_vote_calls_too_few_samples_real(monke
             tiny(pause_teachers_below=bad)
     with pytest.raises(ValueError, match="vote=sample"):
         tiny(pause_teachers_below=0.1, vote="pairwise")
+
+
+def test_a_checkpoint_from_before_the_pause_rule_resumes(tmp_path):
+    """A checkpoint without the `last_real_share` buffer (written before pause_teachers_below existed) resumes,
+    with the teachers training as they did then."""
+    trainer, _ = fit(tiny(), steps=1, root=tmp_path)
+    path = tmp_path / "old.ckpt"
+    trainer.save_checkpoint(path)
+    checkpoint = torch.load(path, weights_only=False)
+    del checkpoint["state_dict"]["last_real_share"]
+    torch.save(checkpoint, path)
+    model = tiny()
+    trainer = pl.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False)
+    trainer.fit(model, datamodule=Toy(batch_size=40, n_teachers=TEACHERS), ckpt_path=path)
+    assert trainer.global_step == 2  # the second step ran on the resumed state

@@ -108,6 +108,10 @@ class PATEGAN(PrivateGenerator):
     def on_train_start(self) -> None:
         self.rng = secret_rng()
 
+    def on_load_checkpoint(self, checkpoint):
+        # checkpoints from before pause_teachers_below lack the buffer; their teachers always trained (share 1)
+        checkpoint["state_dict"].setdefault("last_real_share", torch.tensor(1.0))
+
     def teacher_step(self, real_x: torch.Tensor, real_y: torch.Tensor) -> torch.Tensor:
         """Algorithm 1 lines 5-10: every teacher takes an Adam step on its own b records vs one fake batch."""
         with torch.no_grad():
