@@ -208,14 +208,15 @@ def test_gswgan_plans_both_bounds_and_the_governing_one():
         main([*overrides, "privacy.bound=nonsense"])
 
 
-def ledger_after(steps, answered, accounting="rdp", ledger=None):
+def ledger_after(steps, answered, accounting="rdp", ledger=None, dpsgd_batch=128, noise_multiplier=0.4):
     """A ledger (new, or `ledger`) charged `steps` more times as PATETripleGAN.student_step charges it
-    (hybrid.record), defaults on MNIST."""
-    p, ledger = hybrid.HybridParams(accounting=accounting), PrivacyLedger(ORDERS) if ledger is None else ledger
+    (hybrid.record): 128 queries and a DP-SGD step on Poisson batches of `dpsgd_batch` of MNIST's records."""
+    p = hybrid.HybridParams(accounting=accounting, noise_multiplier=noise_multiplier)
+    ledger = PrivacyLedger(ORDERS) if ledger is None else ledger
     votes = np.tile([50.0, 50.0], (128, 1))
     release = hybrid.VoteRelease(votes, np.full(128, answered), np.zeros(128, dtype=np.int64))
     for _ in range(steps):
-        hybrid.record(ledger, p, release, 128 / 60_000)
+        hybrid.record(ledger, p, release, dpsgd_batch / 60_000)
     return ledger
 
 
@@ -257,6 +258,14 @@ def test_pld_plans_dpsgd_and_pate_triplegan_as_their_ledgers_compose_them():
     # the method's default: eps = 10 under PLD, every query charged as answered: the worst case, whatever the votes
     default = main(["method=pate_triplegan", *MNIST])
     assert default["best_case_steps"] == default["worst_case_steps"] == result["worst_case_steps"]
+    # DP-SGD on Poisson batches of 2,048 records at noise 0.8, the votes' 128 queries unchanged: q = 2048 / N
+    large = main(["method=pate_triplegan", "method.module.dpsgd_batch_size=2048", "method.module.noise_multiplier=0.8",
+                  *MNIST])
+    assert (large["sample_rate"], large["queries_per_step"]) == (2048 / 60_000, 128)
+    n = large["worst_case_steps"]
+    assert_largest(lambda g: ledger_after(g, True, dpsgd_batch=2048, noise_multiplier=0.8).epsilon(
+        1e-5, conversion="pld")[0], n, 10.0)
+    assert n > default["worst_case_steps"]  # more steps, and noise 0.8 / 2048 per averaged gradient, not 0.4 / 128
     with pytest.raises(ValueError, match="accounting=rdp"):
         main(["method=pate_triplegan", "method.module.accounting=clt", "privacy.conversion=pld", *MNIST])
     with pytest.raises(ValueError, match="conversion=pld"):

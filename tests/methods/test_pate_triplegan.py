@@ -110,6 +110,27 @@ def test_every_query_and_every_dpsgd_step_is_charged(monkeypatch):
     assert mech[hybrid.DPSGD]["params"] == [{"sample_rate": BATCH / RECORDS, "noise_multiplier": 0.4}]
 
 
+def test_dpsgd_batches_have_their_own_size_and_are_charged_at_it(monkeypatch):
+    model, sizes = tiny(dpsgd_batch_size=40), []
+    batch = PATETripleGAN.private_batch
+
+    def spy(self):
+        x, y, labelled = batch(self)
+        sizes.append(len(x))
+        return x, y, labelled
+
+    monkeypatch.setattr(PATETripleGAN, "private_batch", spy)
+    fit(model, steps=20)
+    mech = model.ledger.summary(1e-5)["mechanisms"]
+    assert mech[hybrid.THRESHOLD]["count"] == 20 * BATCH  # the votes' queries keep batch_size
+    assert mech[hybrid.DPSGD]["params"] == [{"sample_rate": 40 / RECORDS, "noise_multiplier": 0.4}]
+    assert model.poisson.loader.sample_rate == 40 / RECORDS
+    assert model.dp_optimizer.expected_batch_size == 40  # the noisy sum is averaged over the expected batch
+    assert len(sizes) == 20 and 20 * 30 < sum(sizes) < 20 * 50  # Poisson(40) x 20: mean 800, std 28
+    with pytest.raises(ValueError, match="dpsgd_batch_size"):
+        tiny(dpsgd_batch_size=0)
+
+
 def test_vote_charge_every_charges_each_query_as_answered_and_plans_no_best_case():
     release = hybrid.VoteRelease(np.zeros((10, 2)), np.arange(10) < 4, np.ones(10))
     for charge, charged in [("answered", 4), ("every", 10)]:

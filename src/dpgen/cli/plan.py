@@ -130,7 +130,7 @@ def plan_gswgan(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
 
 def plan_pate_triplegan(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
     """Per step n_S student steps, each: n threshold checks, a GNMax vote for each answered query, and one DP-SGD
-    step on classifier pairs (q = n / N) (PATE-TripleGAN Sec. 4.3, PATETripleGAN.step_cost)."""
+    step on classifier pairs (q = the DP-SGD batch / N) (PATE-TripleGAN Sec. 4.3, PATETripleGAN.step_cost)."""
     module = cfg.method.module
     if cfg.method.n_teachers != round(module.n_teachers / module.percent):
         raise ValueError(f"percent={module.percent} with {module.n_teachers} teachers needs method.n_teachers="
@@ -140,13 +140,14 @@ def plan_pate_triplegan(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
                          "a privacy loss distribution)")
     hp = HybridParams(module.sigma1, module.sigma2, module.threshold, module.noise_multiplier, module.accounting,
                       module.vote_charge)
-    q = min(1.0, module.batch_size / facts["records"])
+    dpsgd_batch = module.batch_size if module.get("dpsgd_batch_size") is None else module.dpsgd_batch_size
+    q = min(1.0, dpsgd_batch / facts["records"])
     queries = module.student_steps * module.batch_size
     return hybrid.step_cost(hp, queries, module.student_steps, q, DEFAULT_ORDERS), {
         "mechanism": f"confident_gnmax_gdp + dpsgd_{hp.accounting}", "teachers": module.n_teachers,
-        "batch_size": module.batch_size, "queries_per_step": queries, "sigma1": hp.sigma1, "sigma2": hp.sigma2,
-        "threshold": hp.threshold, "sample_rate": q, "noise_multiplier": hp.noise_multiplier,
-        "dpsgd_steps_per_step": module.student_steps, "accounting": hp.accounting,
+        "batch_size": module.batch_size, "dpsgd_batch_size": dpsgd_batch, "queries_per_step": queries,
+        "sigma1": hp.sigma1, "sigma2": hp.sigma2, "threshold": hp.threshold, "sample_rate": q,
+        "noise_multiplier": hp.noise_multiplier, "dpsgd_steps_per_step": module.student_steps, "accounting": hp.accounting,
         "best_case": "every query charged" if hp.vote_charge == "every" else "no query answered",
         "worst_case": "every query answered"}
 

@@ -5,12 +5,13 @@ Data. The datamodule splits the training set into round(n_teachers / percent) fi
 (its `n_teachers`, the config's top-level value): the first `n_teachers` partitions are the labelled data, one
 per teacher, the others the unlabelled data, whose labels are never read. Each Lightning batch is the
 datamodule's teacher batch; row t < n_teachers (teacher t's own partition only) is split into
-`teacher_steps` chunks. The DP-SGD batches are Poisson samples of all N records, drawn here (as DP-GAN does).
+`teacher_steps` chunks. The DP-SGD batches are Poisson samples of all N records, drawn here (as DP-GAN does), at
+rate `dpsgd_batch_size` / N (`batch_size` unless set: the paper uses one batch size for both).
 
 Per generator iteration: `teacher_steps` teacher steps (own labelled pairs real, generator pairs fake, eq. 9);
 `student_steps` student steps of the hybrid desensitization (section 4.3): (a) `batch_size` generator pairs
 labelled by Confident-GNMax votes of the teachers, learned where answered, weight 1 - alpha (eq. 12); (b) a
-Poisson batch (rate batch_size / N) of private records paired with the classifier's label, learned with
+Poisson batch (rate dpsgd_batch_size / N) of private records paired with the classifier's label, learned with
 DP-SGD (Opacus: per-record clip, Gaussian noise), weight alpha (eq. 11); then one classifier step and one
 generator step. Every release is recorded before the step's result is kept, and `step_cost()` gives
 the data-independent worst case (all queries answered), so the budget stops before it is exceeded.
@@ -62,17 +63,19 @@ PAIR_TARGETS = ("agree", "labelled", "own_label")
 class PATETripleGAN(PrivateGenerator):
     """percent: labelled fraction; alpha: Triple-GAN's weight of classifier pairs in the student's loss;
     sigma1 / sigma2 / threshold: Confident-GNMax; noise_multiplier / max_grad_norm: DP-SGD on classifier
-    pairs; accounting: "rdp" (a bound) or "clt" (the paper's asymptotic mu) for the DP-SGD part; vote_charge:
-    "answered" (the paper) or "every" query's GNMax charged (hybrid.VOTE_CHARGES); gen_pairs: how the generator
-    pairs' term enters the student's DP-SGD step (GEN_PAIRS); pair_target: which classifier pairs are real
-    (PAIR_TARGETS); both in the module docstring."""
+    pairs, on Poisson batches of `dpsgd_batch_size` expected records (None: `batch_size`); accounting: "rdp" (a
+    bound) or "clt" (the paper's asymptotic mu) for the DP-SGD part; vote_charge: "answered" (the paper) or
+    "every" query's GNMax charged (hybrid.VOTE_CHARGES); gen_pairs: how the generator pairs' term enters the
+    student's DP-SGD step (GEN_PAIRS); pair_target: which classifier pairs are real (PAIR_TARGETS); both in the
+    module docstring."""
 
     neighbouring = "add_remove"
 
     private_modules = ("ensemble",)  # trained on their own partitions and public inputs only
 
     def __init__(self, shape, num_classes, kind, n_teachers: int = 100, percent: float = 0.8,
-                 batch_size: int = 128, teacher_steps: int = 1, student_steps: int = 1, alpha: float = 0.5,
+                 batch_size: int = 128, dpsgd_batch_size: int | None = None, teacher_steps: int = 1,
+                 student_steps: int = 1, alpha: float = 0.5,
                  sigma1: float = 300.0, sigma2: float = 300.0, threshold: float = 0.5,
                  noise_multiplier: float = 0.4, max_grad_norm: float = 1.0, accounting: str = "rdp",
                  vote_charge: str = "every", gen_pairs: str = "clipped",
@@ -92,6 +95,9 @@ class PATETripleGAN(PrivateGenerator):
         self.gen_pairs, self.pair_target = gen_pairs, pair_target
         self.n_teachers, self.percent = int(n_teachers), float(percent)
         self.batch_size, self.teacher_steps, self.student_steps = int(batch_size), int(teacher_steps), int(student_steps)
+        self.dpsgd_batch_size = int(batch_size if dpsgd_batch_size is None else dpsgd_batch_size)
+        if self.dpsgd_batch_size < 1:
+            raise ValueError(f"dpsgd_batch_size must be a positive record count, got {dpsgd_batch_size}")
         self.alpha, self.max_grad_norm, self.lr, self.beta1 = float(alpha), float(max_grad_norm), lr, beta1
         self.hybrid = hybrid.HybridParams(sigma1, sigma2, threshold, noise_multiplier, accounting, vote_charge)
         self.student = GradSampleModule(opacus_ready(self.build_judge("leaky_relu", **(student or {}))),
@@ -122,7 +128,7 @@ class PATETripleGAN(PrivateGenerator):
         opt_g = torch.optim.Adam(self.net_g.parameters(), lr=self.lr, betas=betas)
         opt_c = torch.optim.Adam(self.classifier.parameters(), lr=self.lr, betas=betas)
         self.dp_optimizer = dp_optimizer(torch.optim.Adam(self.student.parameters(), lr=self.lr, betas=betas),
-                                         self.hybrid.noise_multiplier, self.max_grad_norm, self.batch_size)
+                                         self.hybrid.noise_multiplier, self.max_grad_norm, self.dpsgd_batch_size)
         return opt_g, opt_c, self.dp_optimizer
 
     # data and privacy
@@ -140,7 +146,7 @@ class PATETripleGAN(PrivateGenerator):
         self.data = dm.train_data
         self.labelled = torch.zeros(len(self.data), dtype=torch.bool)
         self.labelled[torch.cat(dm.partitions[:self.n_teachers])] = True  # by a keyed hash of each record alone
-        self.sample_rate = min(1.0, self.batch_size / len(self.data))  # N is public
+        self.sample_rate = min(1.0, self.dpsgd_batch_size / len(self.data))  # N is public
 
     def on_train_start(self) -> None:
         """Secret Poisson sampling and vote / DP-SGD noise from the OS's entropy, fresh on resume."""
@@ -210,7 +216,7 @@ class PATETripleGAN(PrivateGenerator):
             self.manual_backward(cls_loss)
             private_step_with(opt, self.student, gen_grads)
         voted_real = float(target.mean()) if len(target) else 0.0
-        return (cls_loss / self.batch_size + gen_loss).detach(), float(keep.float().mean()), voted_real
+        return (cls_loss / self.dpsgd_batch_size + gen_loss).detach(), float(keep.float().mean()), voted_real
 
     def classifier_step(self) -> torch.Tensor:
         """Triple-GAN's R_P: the classifier learns the generator's pairs (post-processing of released state)."""
