@@ -248,13 +248,15 @@ def per_pair_gradient(model, pairs) -> list[torch.Tensor]:
     return clipped_sum(list(net.parameters()), terms, model.max_grad_norm)
 
 
-@pytest.mark.parametrize("gen_pairs, pair_target", [("clipped", "agree"), ("public", "agree"), ("clipped", "labelled"),
-                                                    ("clipped", "own_label")])
-def test_the_student_step_clips_what_gen_pairs_says_and_nothing_else(monkeypatch, gen_pairs, pair_target):
+@pytest.mark.parametrize("gen_pairs, pair_target, dpsgd_batch", [
+    ("clipped", "agree", None), ("public", "agree", None), ("clipped", "labelled", None), ("clipped", "own_label", None),
+    ("clipped", "own_label", 40), ("public", "own_label", 40)])
+def test_the_student_step_clips_what_gen_pairs_says_and_nothing_else(monkeypatch, gen_pairs, pair_target, dpsgd_batch):
     """...and each record's pair is real as pair_target says: labelled and C agrees with its label, or labelled;
-    own_label: a labelled record paired with its own label, an unlabelled one with C's."""
+    own_label: a labelled record paired with its own label, an unlabelled one with C's. Each term is an average:
+    the records' over the expected DP-SGD batch, the generator pairs' over the queries (clipped) or the answers."""
     torch.manual_seed(0)
-    model = tiny(gen_pairs=gen_pairs, pair_target=pair_target, max_grad_norm=0.05)
+    model = tiny(gen_pairs=gen_pairs, pair_target=pair_target, max_grad_norm=0.05, dpsgd_batch_size=dpsgd_batch)
     fit(model, 1)
     model.dp_optimizer.noise_multiplier = 0.0  # the update itself is under test, not the noise
     u, uy = model.generated(BATCH)
@@ -281,9 +283,10 @@ def test_the_student_step_clips_what_gen_pairs_says_and_nothing_else(monkeypatch
     targets = torch.as_tensor(labels, dtype=torch.float32)[keep]
     generated = per_pair_gradient(model, [(1 - model.alpha, ui, yi, ti, gen_pairs == "clipped")
                                           for ui, yi, ti in zip(u[keep], uy[keep], targets)])
-    # clipped: one Opacus sum over the expected batch; public: the records' part so, plus the answered pairs' mean
+    # the records' clipped sum over the expected DP-SGD batch; the answered pairs' sum over the queries (clipped,
+    # with one batch size one Opacus sum over the expected batch) or their mean (public)
     divisor = BATCH if gen_pairs == "clipped" else int(keep.sum())
-    expected = [r / BATCH + g / divisor for r, g in zip(records, generated)]
+    expected = [r / (dpsgd_batch or BATCH) + g / divisor for r, g in zip(records, generated)]
     for got, want in zip(seen[0], expected):
         assert torch.allclose(got, want, atol=1e-6), (got - want).abs().max()
     # with C this small every clipped term has norm C: unclipped, the generator pairs' part is far larger

@@ -57,6 +57,21 @@ def public_term(net: nn.Module, loss: Callable[[], torch.Tensor]) -> tuple[torch
     return value, list(grads)
 
 
+def clipped_public_sum(net: nn.Module, losses: torch.Tensor, c: float) -> list:
+    """The sum over public samples of each one's gradient of `losses` (one loss per sample, computed through the
+    Opacus-wrapped `net`), clipped to norm c by Opacus' factor min(1, c / (norm + 1e-6)); the gradients this
+    leaves on `net` are cleared. One list entry per `trainable(net)` parameter."""
+    params = trainable(net)
+    losses.sum().backward()
+    per_sample = [p.grad_sample for p in params]
+    norms = torch.stack([g.flatten(1).norm(dim=1) for g in per_sample], 1).norm(dim=1)
+    factor = (c / (norms + 1e-6)).clamp(max=1.0)
+    sums = [torch.einsum("i,i...->...", factor, g) for g in per_sample]
+    for p in params:
+        p.grad = p.grad_sample = None
+    return sums
+
+
 def private_step_with(opt: DPOptimizer, net: nn.Module, public_grads: list) -> None:
     """After the private term's backward: Opacus clips each record's gradient, sums, adds N(0, (sigma C)^2) and
     divides by the expected batch size; then the public gradients are added and the optimizer steps."""

@@ -18,7 +18,8 @@ the data-independent worst case (all queries answered), so the budget stops befo
 
 The generator pairs' term enters the student's DP-SGD step as `gen_pairs` says: "public" (the paper: its
 gradient added unclipped after Opacus has clipped and noised the records' term) or "clipped" (each answered
-generator pair clipped to C like each record, in the same Opacus step). The pairs and their labels are public once
+generator pair clipped to C like each record; their sum over the queries joins the records' clipped, noised sum
+over the expected DP-SGD batch, both averages as in Triple-GAN's loss). The pairs and their labels are public once
 the votes are released, so neither changes the privacy argument; clipping only the records' term lets the
 unclipped "fake" term dominate the student, the fault DP-GAN's `fake_term` names (methods/dpgan.py).
 
@@ -48,8 +49,8 @@ from torch.utils.data import TensorDataset
 from dpgen.aggregation import hybrid
 from dpgen.aggregation.noise import secret_generator
 from dpgen.methods.base import PrivateGenerator
-from dpgen.methods.dpsgd_parts import (PoissonBatches, dp_optimizer, opacus_ready, private_step_with, public_term,
-                                       secret_noise)
+from dpgen.methods.dpsgd_parts import (PoissonBatches, clipped_public_sum, dp_optimizer, opacus_ready,
+                                       private_step_with, public_term, secret_noise)
 from dpgen.nn.classifier import CNNClassifier
 from dpgen.nn.ensemble import TeacherEnsemble
 from dpgen.privacy.ledger import NO_DATA_DEPENDENT_BOUND, PrivacyLedger
@@ -200,21 +201,21 @@ class PATETripleGAN(PrivateGenerator):
         pair_y = torch.where(labelled, y, yc) if self.pair_target == "own_label" else yc
         opt = self.dp_optimizer
         opt.zero_grad()
-        if self.gen_pairs == "clipped":  # one Opacus step over generator pairs and records, each clipped to C
-            n = int(keep.sum())
-            weights = torch.cat([torch.full((n,), 1 - self.alpha), torch.full((len(x),), self.alpha)]).to(u)
-            logits = self.judge(torch.cat([u[keep], x.to(u.dtype)]), torch.cat([uy[keep], pair_y.to(uy.dtype)]))
-            weighted = weights * bce(logits, torch.cat([target, real.to(u.dtype)]), reduction="none")
-            gen_sum, cls_loss = weighted[:n].sum(), weighted[n:].sum()
-            self.manual_backward(gen_sum + cls_loss)
-            opt.step()
-            gen_loss = gen_sum / max(n, 1)
+        if self.gen_pairs == "clipped":  # each generator pair and each record clipped to C
+            # Triple-GAN's loss is a weighted sum of averages: the answered pairs' clipped sum over the queries,
+            # the records' clipped, noised sum over the expected DP-SGD batch (Opacus); with one batch size for
+            # both, as the paper, this is one Opacus step over pairs and records
+            gen_loss, gen_grads = torch.zeros((), device=self.device), []
+            if keep.any():
+                losses = (1 - self.alpha) * bce(self.judge(u[keep], uy[keep]), target, reduction="none")
+                gen_loss = losses.detach().mean()
+                gen_grads = [g / self.batch_size for g in clipped_public_sum(self.student, losses, self.max_grad_norm)]
         else:  # the generator pairs' term is public given the votes: plain gradients, no per-sample work
             gen_loss, gen_grads = public_term(self.student, lambda: (1 - self.alpha) * (
                 bce(self.judge(u[keep], uy[keep]), target) if keep.any() else u.sum() * 0))
-            cls_loss = self.alpha * bce(self.judge(x, pair_y), real, reduction="sum")
-            self.manual_backward(cls_loss)
-            private_step_with(opt, self.student, gen_grads)
+        cls_loss = self.alpha * bce(self.judge(x, pair_y), real, reduction="sum")
+        self.manual_backward(cls_loss)
+        private_step_with(opt, self.student, gen_grads)
         voted_real = float(target.mean()) if len(target) else 0.0
         return (cls_loss / self.dpsgd_batch_size + gen_loss).detach(), float(keep.float().mean()), voted_real
 
