@@ -249,8 +249,8 @@ def per_pair_gradient(model, pairs) -> list[torch.Tensor]:
 
 
 @pytest.mark.parametrize("gen_pairs, pair_target, dpsgd_batch", [
-    ("clipped", "agree", None), ("public", "agree", None), ("clipped", "labelled", None), ("clipped", "own_label", None),
-    ("clipped", "own_label", 40), ("public", "own_label", 40)])
+    ("clipped", "agree", None), ("public", "agree", None), ("clipped", "labelled", None),
+    ("clipped", "own_label", None), ("clipped", "own_label", 40), ("public", "own_label", 40)])
 def test_the_student_step_clips_what_gen_pairs_says_and_nothing_else(monkeypatch, gen_pairs, pair_target, dpsgd_batch):
     """...and each record's pair is real as pair_target says: labelled and C agrees with its label, or labelled;
     own_label: a labelled record paired with its own label, an unlabelled one with C's. Each term is an average:

@@ -147,7 +147,8 @@ def plan_pate_triplegan(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
         "mechanism": f"confident_gnmax_gdp + dpsgd_{hp.accounting}", "teachers": module.n_teachers,
         "batch_size": module.batch_size, "dpsgd_batch_size": dpsgd_batch, "queries_per_step": queries,
         "sigma1": hp.sigma1, "sigma2": hp.sigma2, "threshold": hp.threshold, "sample_rate": q,
-        "noise_multiplier": hp.noise_multiplier, "dpsgd_steps_per_step": module.student_steps, "accounting": hp.accounting,
+        "noise_multiplier": hp.noise_multiplier, "dpsgd_steps_per_step": module.student_steps,
+        "accounting": hp.accounting,
         "best_case": "every query charged" if hp.vote_charge == "every" else "no query answered",
         "worst_case": "every query answered"}
 
