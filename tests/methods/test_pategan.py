@@ -343,3 +343,28 @@ def test_a_checkpoint_from_before_the_pause_rule_resumes(tmp_path):
                          enable_model_summary=False)
     trainer.fit(model, datamodule=Toy(batch_size=40, n_teachers=TEACHERS), ckpt_path=path)
     assert trainer.global_step == 2  # the second step ran on the resumed state
+
+
+def test_wasserstein_student_is_a_clipped_critic_the_generator_climbs(monkeypatch):
+    """student_loss=wasserstein: teachers that call a generated sample real iff its feature sum is above the
+    batch's median. The student, a critic raised on samples voted real and lowered on those voted fake, keeps
+    every weight within +-student_clip, student and generator use RMSProp, every query is charged as under the
+    paper's student, and the generator raises the feature sum the teachers prefer."""
+    torch.manual_seed(0)
+    model = tiny(lam=1000.0, student_loss="wasserstein", student_clip=0.05)
+    monkeypatch.setattr(model.ensemble, "predict_logits",
+                        lambda x, y: (x.sum(1) - x.sum(1).median())[None].expand(TEACHERS, -1))
+    before = generated_sum(model)
+    trainer, _ = fit(model, steps=100)
+    assert generated_sum(model) - before > 0.5, (before, generated_sum(model))  # of a sum in [0, 4]
+    bound = torch.tensor(0.05)  # the clip in the parameters' float32
+    assert all(bool(p.detach().abs().max() <= bound) for p in model.student.parameters())
+    assert any(bool(p.detach().abs().max() == bound) for p in model.student.parameters())  # the clip was reached
+    assert {type(opt) for opt in trainer.optimizers} == {torch.optim.RMSprop}
+    assert model.ledger.summary(1e-5)["mechanisms"][MECHANISM]["count"] == 100 * model.queries_per_step()
+    with pytest.raises(ValueError, match="student_loss must be one of"):
+        tiny(student_loss="hinge")
+    with pytest.raises(ValueError, match="vote=sample"):
+        tiny(student_loss="wasserstein", vote="pairwise")
+    with pytest.raises(ValueError, match="student_clip"):
+        tiny(student_loss="wasserstein", student_clip=0)

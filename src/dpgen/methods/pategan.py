@@ -26,6 +26,7 @@ from dpgen.privacy.rdp import DEFAULT_ORDERS
 
 MECHANISM = "laplace_pate"
 VOTES = ("sample", "pairwise")
+STUDENT_LOSSES = ("bce", "wasserstein")
 
 
 class PATEGAN(PrivateGenerator):
@@ -52,6 +53,13 @@ class PATEGAN(PrivateGenerator):
         always train). The rule reads released labels only, so it is post-processing and the accounting is the
         paper's. Once the teachers tell every generated sample from their records the vote says "fake"
         unanimously and the generator gets no signal (section 4.2.2); paused teachers let it catch up first.
+    student_loss: "bce" (Algorithm 1: the student is a classifier of the released labels, the generator
+        minimises -log S(G(z))) or "wasserstein" (not in the paper; the PATE-GAN authors' 2020 code): the student
+        is a weight-clipped critic that raises its score on samples voted real and lowers it on those voted fake,
+        max mean(l S(u)) - mean((1 - l) S(u)) over the batch, its weights clipped to +-student_clip after each
+        step, and the generator minimises -mean S(G(z)); student and generator then use RMSProp (WGAN, Arjovsky
+        et al. 2017, Algorithm 1). A score that does not saturate, so the generator keeps a direction towards
+        the samples voted real. It reads released labels only: post-processing, the paper's accounting.
     Tables: generator and student are depth-3 MLPs with hidden sizes d, d/2, d (appendix "Hyper-parameter
     Optimization"); images: the DCGAN-style conditional nets of G-PATE (appendix E).
     """
@@ -64,7 +72,7 @@ class PATEGAN(PrivateGenerator):
                  teacher_steps: int = 5, student_steps: int = 5, teacher_warmup: int = 0, z_dim: int = 100,
                  lr: float = 1e-4, beta1: float = 0.5, vote: str = "sample", generator: dict | None = None,
                  student: dict | None = None, teachers: dict | None = None, pause_teachers_below: float = 0.0,
-                 class_probs=None, seed: int = 0):
+                 student_loss: str = "bce", student_clip: float = 0.01, class_probs=None, seed: int = 0):
         if not lam > 0:
             raise ValueError(f"lam (inverse Laplace scale) must be > 0, got {lam}")
         if min(batch_size, teacher_steps, student_steps, n_teachers) < 1:
@@ -77,10 +85,17 @@ class PATEGAN(PrivateGenerator):
             raise ValueError(f"pause_teachers_below is a share of votes in [0, 1], got {pause_teachers_below}")
         if pause_teachers_below and vote != "sample":
             raise ValueError("pause_teachers_below reads the share of samples voted real: it needs vote=sample")
+        if student_loss not in STUDENT_LOSSES:
+            raise ValueError(f"student_loss must be one of {STUDENT_LOSSES}, got {student_loss!r}")
+        if student_loss == "wasserstein" and vote != "sample":
+            raise ValueError("student_loss=wasserstein learns released real/fake labels: it needs vote=sample")
+        if not student_clip > 0:
+            raise ValueError(f"student_clip (the critic's weight bound) must be > 0, got {student_clip}")
         super().__init__(shape, num_classes, kind, z_dim=z_dim, generator=generator, class_probs=class_probs)
         self.n_teachers, self.lam = int(n_teachers), float(lam)
         self.batch_size, self.teacher_steps, self.student_steps = int(batch_size), int(teacher_steps), int(student_steps)
         self.teacher_warmup, self.lr, self.beta1, self.vote = int(teacher_warmup), lr, beta1, vote
+        self.student_loss, self.student_clip = student_loss, float(student_clip)
         self.student = self.build_judge("relu", **(student or {}))
         self.ensemble = TeacherEnsemble(self.n_teachers, self.shape, self.num_classes, seed=seed,
                                         **{"lr": lr, "betas": (beta1, 0.999), **(teachers or {})})
@@ -93,6 +108,9 @@ class PATEGAN(PrivateGenerator):
         self.register_buffer("last_real_share", torch.tensor(1.0))  # the last iteration's released share "real"
 
     def configure_optimizers(self):
+        if self.student_loss == "wasserstein":  # WGAN's optimizer (Arjovsky et al. 2017, Algorithm 1)
+            return (torch.optim.RMSprop(self.net_g.parameters(), lr=self.lr),
+                    torch.optim.RMSprop(self.student.parameters(), lr=self.lr))
         betas = (self.beta1, 0.999)
         return (torch.optim.Adam(self.net_g.parameters(), lr=self.lr, betas=betas),
                 torch.optim.Adam(self.student.parameters(), lr=self.lr, betas=betas))
@@ -135,17 +153,24 @@ class PATEGAN(PrivateGenerator):
         score = self.student(u, y).view(-1)
         if self.vote == "pairwise":  # Bradley-Terry: P(u above v) = sigmoid(S(u) - S(v))
             score = score - self.student(v, y).view(-1)
-        loss = bce(score, target)
+        if self.student_loss == "wasserstein":  # -(mean(l S) - mean((1 - l) S)), both means over the batch
+            loss = ((1 - 2 * target) * score).mean()
+        else:
+            loss = bce(score, target)
         opt = self.optimizers()[1]
         opt.zero_grad()
         self.manual_backward(loss)
         opt.optimizer.step()  # the raw optimizer: global_step counts generator steps only
+        if self.student_loss == "wasserstein":  # the critic's Lipschitz bound by weight clipping (WGAN)
+            with torch.no_grad():
+                for p in self.student.parameters():
+                    p.clamp_(-self.student_clip, self.student_clip)
         return loss.detach(), float(release.labels.mean())
 
     def generator_step(self) -> torch.Tensor:
         """Algorithm 1 lines 22-24, with the non-saturating form -log S(G(z)) of eq. 5's log(1 - S(G(z)));
-        pairwise: -S(G(z)), the student's score raised."""
-        if self.vote == "pairwise":
+        pairwise and the Wasserstein student: -S(G(z)), the student's score raised."""
+        if self.vote == "pairwise" or self.student_loss == "wasserstein":
             return self.generator_step_against(self.student, lambda s: -s.mean(), self.batch_size)
         return self.generator_step_against(self.student, lambda s: bce(s, torch.ones_like(s)), self.batch_size)
 
