@@ -1,6 +1,7 @@
 """`PrivateGenerator`: the base class every method (private or not) shares."""
 from __future__ import annotations
 
+import copy
 from contextlib import contextmanager
 
 import lightning.pytorch as pl
@@ -26,6 +27,11 @@ class PrivateGenerator(pl.LightningModule):
       - `sample(n, labels)`: `(x, y)` synthetic records on the CPU;
       - `released_step(global_step)`: the step of the generator as it stands;
       - `process_split`: True when its private state can be split over torchrun's processes (trainer=ddp).
+
+    `ema_decay` > 0 (methods whose generator steps call `update_ema`): the released generator is
+    an exponential moving average of the trained one (`net_ema`, updated after each generator step by
+    `ema_update`). It is a function of the trained generator's states only, so post-processing: the
+    accounting does not change.
     """
 
     pld_ready = False
@@ -35,7 +41,9 @@ class PrivateGenerator(pl.LightningModule):
     neighbouring: str | None = None  # a key of privacy.ledger.NEIGHBOURING (private methods)
 
     def __init__(self, shape: tuple[int, ...], num_classes: int, kind: str, z_dim: int = 100,
-                 generator: dict | None = None, class_probs: list[float] | None = None):
+                 generator: dict | None = None, class_probs: list[float] | None = None, ema_decay: float = 0.0):
+        if not 0 <= ema_decay < 1:
+            raise ValueError(f"ema_decay must be in [0, 1) (0: no moving average), got {ema_decay}")
         super().__init__()
         self.automatic_optimization = False
         self.shape, self.num_classes, self.kind, self.z_dim = tuple(shape), int(num_classes), kind, int(z_dim)
@@ -44,6 +52,8 @@ class PrivateGenerator(pl.LightningModule):
         self.latent_dist = "uniform"  # U(-1, 1) as the reference DCGAN code; subclasses may choose "normal"
         self.sample_batch_norm = None  # b: sample with BatchNorm statistics of batches of b (nn/generator.py)
         self.net_g = self.build_generator(**(generator or {}))
+        self.generator_ema_decay = float(ema_decay)
+        self.net_ema = copy.deepcopy(self.net_g).requires_grad_(False) if ema_decay else None
 
     def released_step(self, global_step: int) -> int:
         """`global_step` less the steps `PrivacyBudget` rolled back: they ran, but the generator is not theirs."""
@@ -67,7 +77,7 @@ class PrivateGenerator(pl.LightningModule):
 
     @property
     def generator(self) -> nn.Module:
-        return self.net_g
+        return self.net_g if self.net_ema is None else self.net_ema
 
     def latent(self, n: int) -> torch.Tensor:
         """The generator's input noise, the same distribution in training and generation."""
@@ -111,9 +121,16 @@ class PrivateGenerator(pl.LightningModule):
             value = loss(judge(fake, y).view(-1))
             opt = self.optimizers()[0]
             opt.zero_grad()
+            steps_before = self.global_step
             self.manual_backward(value)
             opt.step()
+        self.update_ema(steps_before)
         return value.detach()
+
+    def update_ema(self, t: int) -> None:
+        """After the generator's step t (0-based): `net_ema` follows `net_g` (`ema_update`); a no-op without it."""
+        if self.net_ema is not None:
+            ema_update(self.net_ema, self.net_g, t, self.generator_ema_decay)
 
     def on_train_batch_start(self, batch, batch_idx):
         # PrivacyBudget requests a stop before a step that could exceed the budget: -1 skips that step.
@@ -134,6 +151,18 @@ class PrivateGenerator(pl.LightningModule):
                 "sample_batch_norm": self.sample_batch_norm,
                 "class_probs": None if self.class_probs is None else self.class_probs.tolist(),
                 "shape": list(self.shape), "num_classes": self.num_classes, "kind": self.kind}
+
+
+@torch.no_grad()
+def ema_update(ema: nn.Module, net: nn.Module, t: int, max_decay: float) -> None:
+    """After the generator's step t (0-based): ema <- decay ema + (1 - decay) net with decay =
+    min(1 - 1/(t+1), max_decay) (GS-WGAN's exp_mov_avg), so the average starts at the first step's weights;
+    buffers (BatchNorm statistics) are the trained net's."""
+    decay = min(1 - 1 / (t + 1), max_decay)
+    for a, p in zip(ema.parameters(), net.parameters(), strict=True):
+        a.mul_(decay).add_(p, alpha=1 - decay)
+    for a, b in zip(ema.buffers(), net.buffers(), strict=True):
+        a.copy_(b)
 
 
 @contextmanager

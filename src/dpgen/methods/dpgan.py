@@ -73,8 +73,9 @@ class DPSGDGAN(PrivateGenerator):
                  objective: str = "wgan", optimizer_g: dict | None = None, optimizer_d: dict | None = None,
                  weight_clip: float | None = None, fake_term: str = "public",
                  generator: dict | None = None, discriminator: dict | None = None, class_probs=None,
-                 secure_mode: bool = False, seed: int = 0):
-        super().__init__(shape, num_classes, kind, z_dim=z_dim, generator=generator, class_probs=class_probs)
+                 secure_mode: bool = False, ema_decay: float = 0.0, seed: int = 0):
+        super().__init__(shape, num_classes, kind, z_dim=z_dim, generator=generator, class_probs=class_probs,
+                         ema_decay=ema_decay)
         self.batch_size, self.critic_steps = int(batch_size), int(critic_steps)
         self.noise_multiplier, self.max_grad_norm = float(noise_multiplier), float(max_grad_norm)
         if objective not in OBJECTIVES:

@@ -24,7 +24,7 @@ from dpgen.aggregation.gradient_sanitizer import SanitizerParams, sanitize
 from dpgen.aggregation.noise import secret_generator
 from dpgen.data.partition import TeacherRecords, draw_batches, padded_table, partition_indices
 from dpgen.files import atomic_write
-from dpgen.methods.base import PrivateGenerator, running_stats_kept
+from dpgen.methods.base import PrivateGenerator, ema_update, running_stats_kept
 from dpgen.nn.critic import CriticEnsemble
 from dpgen.privacy.gswgan import BOUND_ALIASES, CRITIC_UPDATES, GSWGAN_ORDERS, PLD_BOUNDS, SUBSAMPLED_UPDATES
 from dpgen.privacy.ledger import PrivacyLedger
@@ -226,17 +226,9 @@ class GSWGAN(PrivateGenerator):
         steps_before = self.global_step
         self.manual_backward(fake, private / self.batch_size)  # the generator sees the sanitized gradient only
         opt.step()
-        self.update_ema(steps_before)
+        ema_update(self.net_g, self.net_train, steps_before, self.ema_decay)
         self.log_losses({}, private={"loss/d": d_loss, "loss/g": -score.detach().mean()})  # critic j is private
 
-    @torch.no_grad()
-    def update_ema(self, t: int) -> None:
-        """After the generator's step t (0-based): EMA <- decay EMA + (1 - decay) G, decay = min(1 - 1/(t+1), 0.999)."""
-        decay = min(1 - 1 / (t + 1), self.ema_decay)
-        for ema, p in zip(self.net_g.parameters(), self.net_train.parameters()):
-            ema.mul_(decay).add_(p, alpha=1 - decay)
-        for ema, b in zip(self.net_g.buffers(), self.net_train.buffers()):
-            ema.copy_(b)
 
 
 def save_file(state: dict, path: Path) -> None:

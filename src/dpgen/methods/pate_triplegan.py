@@ -83,8 +83,9 @@ class PATETripleGAN(PrivateGenerator):
                  pair_target: str = "own_label",
                  z_dim: int = 100, lr: float = 2e-4, beta1: float = 0.5, generator: dict | None = None,
                  student: dict | None = None, classifier: dict | None = None, teachers: dict | None = None,
-                 class_probs=None, seed: int = 0):
-        super().__init__(shape, num_classes, kind, z_dim=z_dim, generator=generator, class_probs=class_probs)
+                 class_probs=None, ema_decay: float = 0.0, seed: int = 0):
+        super().__init__(shape, num_classes, kind, z_dim=z_dim, generator=generator, class_probs=class_probs,
+                         ema_decay=ema_decay)
         if not 0 < percent <= 1:
             raise ValueError(f"percent must be in (0, 1], got {percent}")
         if not 0 <= alpha <= 1:

@@ -72,7 +72,8 @@ class PATEGAN(PrivateGenerator):
                  teacher_steps: int = 5, student_steps: int = 5, teacher_warmup: int = 0, z_dim: int = 100,
                  lr: float = 1e-4, beta1: float = 0.5, vote: str = "sample", generator: dict | None = None,
                  student: dict | None = None, teachers: dict | None = None, pause_teachers_below: float = 0.0,
-                 student_loss: str = "bce", student_clip: float = 0.01, class_probs=None, seed: int = 0):
+                 student_loss: str = "bce", student_clip: float = 0.01, class_probs=None, ema_decay: float = 0.0,
+                 seed: int = 0):
         if not lam > 0:
             raise ValueError(f"lam (inverse Laplace scale) must be > 0, got {lam}")
         if min(batch_size, teacher_steps, student_steps, n_teachers) < 1:
@@ -91,7 +92,8 @@ class PATEGAN(PrivateGenerator):
             raise ValueError("student_loss=wasserstein learns released real/fake labels: it needs vote=sample")
         if not student_clip > 0:
             raise ValueError(f"student_clip (the critic's weight bound) must be > 0, got {student_clip}")
-        super().__init__(shape, num_classes, kind, z_dim=z_dim, generator=generator, class_probs=class_probs)
+        super().__init__(shape, num_classes, kind, z_dim=z_dim, generator=generator, class_probs=class_probs,
+                         ema_decay=ema_decay)
         self.n_teachers, self.lam = int(n_teachers), float(lam)
         self.batch_size, self.teacher_steps, self.student_steps = int(batch_size), int(teacher_steps), int(student_steps)
         self.teacher_warmup, self.lr, self.beta1, self.vote = int(teacher_warmup), lr, beta1, vote
