@@ -121,16 +121,16 @@ class PrivateGenerator(pl.LightningModule):
             value = loss(judge(fake, y).view(-1))
             opt = self.optimizers()[0]
             opt.zero_grad()
-            steps_before = self.global_step
             self.manual_backward(value)
             opt.step()
-        self.update_ema(steps_before)
+        self.update_ema()
         return value.detach()
 
-    def update_ema(self, t: int) -> None:
-        """After the generator's step t (0-based): `net_ema` follows `net_g` (`ema_update`); a no-op without it."""
+    def update_ema(self) -> None:
+        """After a generator step (global_step counts it): `net_ema` follows `net_g` (`ema_update`); a no-op
+        without it."""
         if self.net_ema is not None:
-            ema_update(self.net_ema, self.net_g, t, self.generator_ema_decay)
+            ema_update(self.net_ema, self.net_g, self.global_step - 1, self.generator_ema_decay)
 
     def on_train_batch_start(self, batch, batch_idx):
         # PrivacyBudget requests a stop before a step that could exceed the budget: -1 skips that step.

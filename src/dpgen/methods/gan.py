@@ -33,8 +33,7 @@ class GAN(PrivateGenerator):
         gen_logit = self.net_d(fake, y)
         g_loss = bce(gen_logit, torch.ones_like(gen_logit))
         opt_g.zero_grad()
-        steps_before = self.global_step
         self.manual_backward(g_loss)
         opt_g.step()
-        self.update_ema(steps_before)
+        self.update_ema()
         self.log_dict({"loss/d": d_loss.detach(), "loss/g": g_loss.detach()}, prog_bar=True)
