@@ -176,10 +176,29 @@ def test_tiny_run_pretrains_every_critic_and_releases_the_ema(tmp_path, caplog):
     # the default, scheduled: each step's critic (step mod 4) keeps its 2 updates, the drawn critic's are undone
     assert model.critics.steps.sum().item() == 4 * 6 + 4 * 2
     # the EMA (released) differs from the trained generator once decay > 0, and sample() uses it
-    assert any(not torch.equal(a, b) for a, b in zip(model.net_g.parameters(), model.net_train.parameters()))
-    assert model.generator is model.net_g
+    assert any(not torch.equal(a, b) for a, b in zip(model.net_ema.parameters(), model.net_g.parameters()))
+    assert model.generator is model.net_ema
     x, y = model.sample(6)
     assert x.shape == (6, 1, 8, 8) and ((0 <= x) & (x <= 1)).all()
+
+
+@pytest.mark.parametrize("ema_decay", [0.999, 0.0])
+def test_a_checkpoint_of_the_old_layout_loads_into_the_base_average(ema_decay, tmp_path):
+    # before GS-WGAN used the base class's average, `net_g` held the average and `net_train` the trained generator
+    model = tiny_gswgan(ema_decay=ema_decay)
+    fit(model, 2, root=tmp_path)
+    renamed = {"net_g.": "net_train.", "net_ema.": "net_g."}
+    old = {next((renamed[p] + k[len(p):] for p in renamed if k.startswith(p)), k): v.clone()
+           for k, v in model.state_dict().items()}
+    if not ema_decay:  # the old layout always had both; with decay 0 the average was a copy of the trained net
+        old |= {"net_g." + k: v.clone() for k, v in model.net_g.state_dict().items()}
+    loaded = tiny_gswgan(ema_decay=ema_decay)
+    checkpoint = {"state_dict": old}
+    loaded.on_load_checkpoint(checkpoint)
+    loaded.load_state_dict(checkpoint["state_dict"])  # strict: every key placed, none left over
+    for mine, theirs in [(loaded.net_g, model.net_g), (loaded.generator, model.generator)]:
+        assert all(torch.equal(a, b) for a, b in zip(mine.state_dict().values(), theirs.state_dict().values()))
+    assert (loaded.net_ema is None) == (not ema_decay)
 
 
 def test_pretrained_critics_are_saved_and_reused_only_on_the_same_shards(tmp_path, monkeypatch):
@@ -242,7 +261,7 @@ def test_generator_learns_from_the_sanitized_gradient_only(monkeypatch, tmp_path
     monkeypatch.setattr("dpgen.methods.gswgan.sanitize", fake_sanitize)
     model = tiny_gswgan()
     # the only backward pass through the generator is the generator step (critic fakes are made under no_grad)
-    model.net_train.register_full_backward_hook(lambda mod, gin, gout: captured.append(gout[0].clone()))
+    model.net_g.register_full_backward_hook(lambda mod, gin, gout: captured.append(gout[0].clone()))
     fit(model, 1, root=tmp_path)
     assert seen["grads"].shape == (8, 1, 8, 8) and len(captured) == 1
     # what reaches the generator's output is the sanitizer's output / batch size, nothing else
@@ -282,7 +301,7 @@ def test_private_labels_do_not_reach_the_released_generator_through_batch_norm(m
     frozen (one critic, so the changed record is in every critic step), so the sanitized gradients are equal on
     both data sets."""
     monkeypatch.setattr(CriticEnsemble, "train_step", lambda self, *a, **k: torch.zeros(1))
-    released = on_neighbours(monkeypatch, tmp_path, 3, lambda model: model.net_g.state_dict(), n_discriminators=1)
+    released = on_neighbours(monkeypatch, tmp_path, 3, lambda model: model.generator.state_dict(), n_discriminators=1)
     for key, value in released[0].items():
         assert torch.equal(value, released[1][key]), key
 

@@ -14,7 +14,6 @@ critic i has still seen shard i only.
 """
 from __future__ import annotations
 
-import copy
 import logging
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from dpgen.aggregation.gradient_sanitizer import SanitizerParams, sanitize
 from dpgen.aggregation.noise import secret_generator
 from dpgen.data.partition import TeacherRecords, draw_batches, padded_table, partition_indices
 from dpgen.files import atomic_write
-from dpgen.methods.base import PrivateGenerator, ema_update, running_stats_kept
+from dpgen.methods.base import PrivateGenerator, running_stats_kept
 from dpgen.nn.critic import CriticEnsemble
 from dpgen.privacy.gswgan import BOUND_ALIASES, CRITIC_UPDATES, GSWGAN_ORDERS, PLD_BOUNDS, SUBSAMPLED_UPDATES
 from dpgen.privacy.ledger import PrivacyLedger
@@ -49,8 +48,8 @@ class GSWGAN(PrivateGenerator):
     generator without their states depending on the draws); the reference keeps the drawn critic's updates
     ("kept", which privacy.json flags).
 
-    `net_g` (what `generator`, `sample` and the checkpoints release) is the EMA of the trained generator
-    `net_train` (decay min(1 - 1/(t+1), 0.999), the reference's exp_mov_avg)."""
+    The released generator (`generator`: `net_ema`) is the base class's moving average of the trained `net_g`
+    with `ema_decay` 0.999 (decay min(1 - 1/(t+1), 0.999), the reference's exp_mov_avg); 0 releases `net_g`."""
 
     neighbouring = "add_remove"
 
@@ -65,9 +64,10 @@ class GSWGAN(PrivateGenerator):
                  class_probs=None, seed: int = 0):
         if kind != "image":
             raise ValueError("GS-WGAN is defined for images (its critics are convolutional)")
-        super().__init__(shape, num_classes, kind, z_dim=z_dim, generator=generator, class_probs=class_probs)
+        super().__init__(shape, num_classes, kind, z_dim=z_dim, generator=generator, class_probs=class_probs,
+                         ema_decay=ema_decay)
         self.batch_size, self.n_discriminators = int(batch_size), int(n_discriminators)
-        self.critic_steps, self.lr, self.betas, self.ema_decay = int(critic_steps), lr, tuple(betas), ema_decay
+        self.critic_steps, self.lr, self.betas = int(critic_steps), lr, tuple(betas)
         self.seed = int(seed)
         if critic_updates not in CRITIC_UPDATES:
             raise ValueError(f"critic_updates must be one of {CRITIC_UPDATES}, got {critic_updates!r}")
@@ -82,7 +82,6 @@ class GSWGAN(PrivateGenerator):
         self.scheduled_steps = self.critic_steps if scheduled_steps is None else int(scheduled_steps)
         if self.scheduled_steps < 1:
             raise ValueError(f"scheduled_steps must be >= 1, got {scheduled_steps}")
-        self.net_train = copy.deepcopy(self.net_g)
         self.sanitizer = SanitizerParams(n_discriminators=self.n_discriminators, **(sanitizer or {}))
         self.critics = CriticEnsemble(self.n_discriminators, self.shape, self.num_classes, lr=lr, betas=self.betas,
                                       seed=self.seed, **(critics or {}))
@@ -97,7 +96,20 @@ class GSWGAN(PrivateGenerator):
         self._step_cost = None
 
     def configure_optimizers(self):
-        return torch.optim.Adam(self.net_train.parameters(), lr=self.lr, betas=self.betas)
+        return torch.optim.Adam(self.net_g.parameters(), lr=self.lr, betas=self.betas)
+
+    def on_load_checkpoint(self, checkpoint):
+        # checkpoints from before GS-WGAN used the base class's average: `net_g` held the average, `net_train` the
+        # trained generator; now `net_ema` and `net_g`
+        state = checkpoint["state_dict"]
+        if any(key.startswith("net_train.") for key in state):
+            old = {key: state.pop(key) for key in [k for k in state if k.startswith(("net_g.", "net_train."))]}
+            for key, value in old.items():
+                net, name = key.split(".", 1)
+                if net == "net_train":
+                    state[f"net_g.{name}"] = value
+                elif self.net_ema is not None:  # with ema_decay 0 the old average was a copy of the trained net
+                    state[f"net_ema.{name}"] = value
 
     # data
 
@@ -195,8 +207,8 @@ class GSWGAN(PrivateGenerator):
             real_x, real_y = self.shard_batch(s, e)
             # each critic's fakes carry its shard's private labels and are a generator batch of their own, so
             # BatchNorm's batch statistics mix no two shards; running statistics are left as they were
-            with torch.no_grad(), running_stats_kept(self.net_train):
-                fake_x = torch.stack([self.net_train(self.latent(len(y)), y) for y in real_y])
+            with torch.no_grad(), running_stats_kept(self.net_g):
+                fake_x = torch.stack([self.net_g(self.latent(len(y)), y) for y in real_y])
             d_loss = self.critics.train_step(s, e, real_x, real_y, fake_x, self.rng)
         return d_loss
 
@@ -208,7 +220,7 @@ class GSWGAN(PrivateGenerator):
         before = self.critics.state_of(j) if self.critic_updates in SUBSAMPLED_UPDATES else None
         d_loss = self.train_critics(j, j + 1, self.critic_steps)[0]
         y = self.random_labels(self.batch_size)
-        fake = self.net_train(self.latent(self.batch_size), y)
+        fake = self.net_g(self.latent(self.batch_size), y)
         probe = fake.detach().requires_grad_(True)
         score = self.critics.score(j, probe, y)
         (grads,) = torch.autograd.grad(-score.sum(), probe)  # row i: d(-D_j(x_i)) / d x_i
@@ -223,10 +235,9 @@ class GSWGAN(PrivateGenerator):
             "scheduled_steps": self.scheduled_steps})
         opt = self.optimizers()
         opt.zero_grad()
-        steps_before = self.global_step
         self.manual_backward(fake, private / self.batch_size)  # the generator sees the sanitized gradient only
         opt.step()
-        ema_update(self.net_g, self.net_train, steps_before, self.ema_decay)
+        self.update_ema()
         self.log_losses({}, private={"loss/d": d_loss, "loss/g": -score.detach().mean()})  # critic j is private
 
 
