@@ -27,7 +27,7 @@ ABLATIONS = {"proj5": ("method.module.aggregator.proj_dim", 5), "proj20": ("meth
              "bins5": ("method.module.aggregator.bins", 5), "bins20": ("method.module.aggregator.bins", 20)}
 CELLS |= {f"gpate_{d}_ablation_{a}" for d in ("mnist", "fashion_mnist") for a in ABLATIONS}
 # baselines as the G-PATE paper configures them where that differs from the method's default
-BASELINE_CELLS = {"dpgan_gpate_appendix", "gswgan_paper"}
+BASELINE_CELLS = {"dpgan_gpate_appendix", "gswgan_paper", "pate_triplegan_paper"}
 
 
 def composed_config(*overrides: str) -> dict:
@@ -183,3 +183,24 @@ def test_gswgan_paper_is_the_reference_configuration():
     assert (module["lr"], module["betas"], module["z_dim"]) == (1e-4, [0.5, 0.9], 10)
     assert module["sanitizer"] == {"clip": 1.0, "noise_multiplier": 6.05}
     assert round(1.07 * 32 ** 0.5, 2) == 6.05
+
+
+def test_pate_triplegan_default_is_the_kept_cell_and_the_paper_differs_in_its_dpsgd_batch():
+    """PATE-TripleGAN's default is the configuration of the kept MNIST eps = 10 cell (DP-SGD on Poisson batches of
+    512 at noise 0.52, whose noise-free control reached 88.3%); experiment=pate_triplegan_paper differs from it in
+    those two settings only: the paper's one batch of 128 (dpsgd_batch_size None) and noise 0.4."""
+    cfg = composed_config("method=pate_triplegan")
+    cell = yaml.safe_load((Path(__file__).parents[2] / "docs/results/pate_triplegan_mnist_eps10_b512"
+                           / "config.yaml").read_text())
+    interpolated = {"m.n_teachers", "m.module.seed"}  # written unresolved in the run's config.yaml
+    got, kept = flat(cfg["method"], "m."), flat(cell["method"], "m.")
+    assert {k: v for k, v in got.items() if k not in interpolated} == {
+        k: v for k, v in kept.items() if k not in interpolated}
+    assert (cfg["privacy"]["epsilon"], cfg["privacy"]["conversion"]) == (10.0, "pld")
+    paper = flat(composed("pate_triplegan_paper")["method"], "m.")
+    assert {k for k in paper if paper[k] != got[k]} == {"m.module.dpsgd_batch_size", "m.module.noise_multiplier"}
+    assert (paper["m.module.dpsgd_batch_size"], paper["m.module.noise_multiplier"]) == (None, 0.4)
+    assert (got["m.module.dpsgd_batch_size"], got["m.module.noise_multiplier"]) == (512, 0.52)
+    model = instantiate(composed("pate_triplegan_paper")["method"]["module"], shape=IMAGES["mnist"], num_classes=10,
+                        kind="image", _convert_="all")
+    assert (model.batch_size, model.dpsgd_batch_size, model.n_teachers) == (128, 128, 100)

@@ -223,21 +223,21 @@ def ledger_after(steps, answered, accounting="rdp", ledger=None, dpsgd_batch=128
 def test_pate_triplegan_plans_votes_and_dpsgd_as_the_method_charges_them():
     # the paper's DP-SGD noise 0.4 under RDP: a single step costs eps > 6; eps = 10 buys a few steps
     classical = ["privacy.conversion=classical", "method.module.vote_charge=answered"]
-    result = main(["method=pate_triplegan", "privacy.epsilon=10", *classical, *MNIST])
+    result = main(["experiment=pate_triplegan_paper", "privacy.epsilon=10", *classical, *MNIST])
     assert (result["queries_per_step"], result["dpsgd_steps_per_step"]) == (128, 1)
-    assert main(["method=pate_triplegan", "privacy.epsilon=1", *classical, *MNIST])["best_case_steps"] == 0
+    assert main(["experiment=pate_triplegan_paper", "privacy.epsilon=1", *classical, *MNIST])["best_case_steps"] == 0
     for answered, n in [(True, result["worst_case_steps"]), (False, result["best_case_steps"])]:
         assert_largest(lambda g: ledger_after(g, answered).epsilon(1e-5)[0], n, 10.0)
-    clt = main(["method=pate_triplegan", "method.module.accounting=clt", "privacy.conversion=gdp", "privacy.epsilon=1",
-                "method.module.vote_charge=answered", *MNIST])
+    clt = main(["experiment=pate_triplegan_paper", "method.module.accounting=clt", "privacy.conversion=gdp",
+                "privacy.epsilon=1", "method.module.vote_charge=answered", *MNIST])
     for answered, n in [(True, clt["worst_case_steps"]), (False, clt["best_case_steps"])]:
         assert_largest(lambda g: ledger_after(g, answered, "clt").epsilon(1e-5, conversion="gdp")[0], n, 1.0)
     assert 0 < clt["worst_case_steps"] < clt["best_case_steps"]
     with pytest.raises(ValueError, match="accounting=clt"):
-        main(["method=pate_triplegan", "privacy.conversion=gdp", *MNIST])
-    assert main(["method=pate_triplegan", "method.module.percent=0.3", *MNIST])["teachers"] == 100  # of 333 parts
+        main(["experiment=pate_triplegan_paper", "privacy.conversion=gdp", *MNIST])
+    assert main(["experiment=pate_triplegan_paper", "method.module.percent=0.3", *MNIST])["teachers"] == 100  # of 333
     with pytest.raises(ValueError, match="method.n_teachers=333"):
-        main(["method=pate_triplegan", "method.module.percent=0.3", "method.n_teachers=125", *MNIST])
+        main(["experiment=pate_triplegan_paper", "method.module.percent=0.3", "method.n_teachers=125", *MNIST])
 
 
 def test_pld_plans_dpsgd_and_pate_triplegan_as_their_ledgers_compose_them():
@@ -247,17 +247,24 @@ def test_pld_plans_dpsgd_and_pate_triplegan_as_their_ledgers_compose_them():
     assert n > 100
     # PATE-TripleGAN's paper settings at eps = 10: far more steps than the 9 under RDP
     answered_only = ["method.module.vote_charge=answered"]
-    result = main(["method=pate_triplegan", "privacy.epsilon=10", "privacy.conversion=pld", *answered_only, *MNIST])
+    result = main(["experiment=pate_triplegan_paper", "privacy.epsilon=10", "privacy.conversion=pld", *answered_only,
+                   *MNIST])
     for answered, n in [(True, result["worst_case_steps"]), (False, result["best_case_steps"])]:
         ledger = ledger_after(n, answered)
         assert ledger.epsilon(1e-5, conversion="pld")[0] <= 10.0
         assert ledger_after(1, answered, ledger=ledger).epsilon(1e-5, conversion="pld")[0] > 10.0
-    rdp = main(["method=pate_triplegan", "privacy.epsilon=10", "privacy.conversion=classical", *answered_only,
-                *MNIST])
+    rdp = main(["experiment=pate_triplegan_paper", "privacy.epsilon=10", "privacy.conversion=classical",
+                *answered_only, *MNIST])
     assert result["worst_case_steps"] > 10 * rdp["worst_case_steps"]
-    # the method's default: eps = 10 under PLD, every query charged as answered: the worst case, whatever the votes
+    # the default accounting: eps = 10 under PLD, every query charged as answered: the worst case, whatever the votes
+    paper = main(["experiment=pate_triplegan_paper", *MNIST])
+    assert paper["best_case_steps"] == paper["worst_case_steps"] == result["worst_case_steps"]
+    # the method's default: DP-SGD on Poisson batches of 512 records at noise 0.52, the votes' 128 queries unchanged
     default = main(["method=pate_triplegan", *MNIST])
-    assert default["best_case_steps"] == default["worst_case_steps"] == result["worst_case_steps"]
+    assert (default["sample_rate"], default["queries_per_step"]) == (512 / 60_000, 128)
+    assert default["best_case_steps"] == default["worst_case_steps"]
+    assert_largest(lambda g: ledger_after(g, True, dpsgd_batch=512, noise_multiplier=0.52).epsilon(
+        1e-5, conversion="pld")[0], default["worst_case_steps"], 10.0)
     # DP-SGD on Poisson batches of 2,048 records at noise 0.8, the votes' 128 queries unchanged: q = 2048 / N
     large = main(["method=pate_triplegan", "method.module.dpsgd_batch_size=2048", "method.module.noise_multiplier=0.8",
                   *MNIST])
@@ -265,9 +272,9 @@ def test_pld_plans_dpsgd_and_pate_triplegan_as_their_ledgers_compose_them():
     n = large["worst_case_steps"]
     assert_largest(lambda g: ledger_after(g, True, dpsgd_batch=2048, noise_multiplier=0.8).epsilon(
         1e-5, conversion="pld")[0], n, 10.0)
-    assert n > default["worst_case_steps"]  # more steps, and noise 0.8 / 2048 per averaged gradient, not 0.4 / 128
+    assert n > paper["worst_case_steps"]  # more steps, and noise 0.8 / 2048 per averaged gradient, not 0.4 / 128
     with pytest.raises(ValueError, match="accounting=rdp"):
-        main(["method=pate_triplegan", "method.module.accounting=clt", "privacy.conversion=pld", *MNIST])
+        main(["experiment=pate_triplegan_paper", "method.module.accounting=clt", "privacy.conversion=pld", *MNIST])
     with pytest.raises(ValueError, match="conversion=pld"):
         main(["method=gpate", "privacy.conversion=pld", *MNIST])
 
