@@ -186,7 +186,7 @@ def test_gswgan_paper_is_the_reference_configuration():
 
 
 def test_pate_triplegan_default_is_the_kept_cell_and_the_paper_differs_in_its_dpsgd_batch():
-    """PATE-TripleGAN's default is the configuration of the kept MNIST eps = 10 cell (DP-SGD on Poisson batches of
+    """PATE-TripleGAN's default is the configuration of the kept MNIST eps = 10 run at a batch of 512 (DP-SGD on Poisson batches of
     512 at noise 0.52, whose noise-free control reached 88.3%); experiment=pate_triplegan_paper differs from it in
     those two settings only: the paper's one batch of 128 (dpsgd_batch_size None) and noise 0.4."""
     cfg = composed_config("method=pate_triplegan")
