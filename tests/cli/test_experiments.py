@@ -185,22 +185,22 @@ def test_gswgan_paper_is_the_reference_configuration():
     assert round(1.07 * 32 ** 0.5, 2) == 6.05
 
 
-def test_pate_triplegan_default_is_the_kept_cell_and_the_paper_differs_in_its_dpsgd_batch():
-    """PATE-TripleGAN's default is the configuration of the kept MNIST eps = 10 run at a batch of 512 (DP-SGD on Poisson batches of
-    512 at noise 0.52, whose noise-free control reached 88.3%); experiment=pate_triplegan_paper differs from it in
-    those two settings only: the paper's one batch of 128 (dpsgd_batch_size None) and noise 0.4."""
+def test_pate_triplegan_default_is_the_kept_b512_run_and_the_paper_differs_in_its_dpsgd_batch():
+    """PATE-TripleGAN's default is the configuration of the kept MNIST eps = 10 run at a DP-SGD batch of 512 (Poisson
+    batches of 512 at noise 0.52, whose noise-free control reached 88.3%); experiment=pate_triplegan_paper differs
+    from it in those two settings only: the paper's one batch of 128 (dpsgd_batch_size None) and noise 0.4."""
     cfg = composed_config("method=pate_triplegan")
-    cell = yaml.safe_load((Path(__file__).parents[2] / "docs/results/pate_triplegan_mnist_eps10_b512"
-                           / "config.yaml").read_text())
+    run = yaml.safe_load((Path(__file__).parents[2] / "docs/results/pate_triplegan_mnist_eps10_b512"
+                          / "config.yaml").read_text())
     interpolated = {"m.n_teachers", "m.module.seed"}  # written unresolved in the run's config.yaml
-    got, kept = flat(cfg["method"], "m."), flat(cell["method"], "m.")
+    got, kept = flat(cfg["method"], "m."), flat(run["method"], "m.")
     assert {k: v for k, v in got.items() if k not in interpolated} == {
         k: v for k, v in kept.items() if k not in interpolated}
     assert (cfg["privacy"]["epsilon"], cfg["privacy"]["conversion"]) == (10.0, "pld")
-    paper = flat(composed("pate_triplegan_paper")["method"], "m.")
+    paper_method = composed("pate_triplegan_paper")["method"]
+    paper = flat(paper_method, "m.")
     assert {k for k in paper if paper[k] != got[k]} == {"m.module.dpsgd_batch_size", "m.module.noise_multiplier"}
     assert (paper["m.module.dpsgd_batch_size"], paper["m.module.noise_multiplier"]) == (None, 0.4)
     assert (got["m.module.dpsgd_batch_size"], got["m.module.noise_multiplier"]) == (512, 0.52)
-    model = instantiate(composed("pate_triplegan_paper")["method"]["module"], shape=IMAGES["mnist"], num_classes=10,
-                        kind="image", _convert_="all")
+    model = instantiate(paper_method["module"], shape=IMAGES["mnist"], num_classes=10, kind="image", _convert_="all")
     assert (model.batch_size, model.dpsgd_batch_size, model.n_teachers) == (128, 128, 100)
