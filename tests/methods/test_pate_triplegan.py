@@ -12,6 +12,7 @@ from scipy.optimize import brentq
 from scipy.stats import norm
 
 from clipping import clipped_sum
+from teacher_spy import spy_teacher_records
 from dpgen.aggregation import hybrid
 from dpgen.callbacks.privacy_budget import PrivacyBudget
 from dpgen.data.base import DPGenDataModule, TensorData
@@ -64,14 +65,7 @@ def fit(model, steps, callbacks=(), root=None, relabel=False):
 
 def test_teachers_see_only_their_labelled_partition(monkeypatch):
     model = tiny()
-    seen = []
-    train_step = model.ensemble.train_step
-
-    def spy(real_x, real_y, fake_x, fake_y):
-        seen.append(torch.round(real_x[..., 0] * RECORDS).long())
-        return train_step(real_x, real_y, fake_x, fake_y)
-
-    monkeypatch.setattr(model.ensemble, "train_step", spy)
+    seen = spy_teacher_records(model, monkeypatch, RECORDS)
     _, dm = fit(model, steps=4)
     assert len(seen) == 4 * 2 and seen[0].shape == (TEACHERS, BATCH)
     for t in range(TEACHERS):

@@ -18,6 +18,7 @@ from dpgen.data.base import DPGenDataModule, TensorData
 from dpgen.methods import pategan
 from dpgen.methods.pategan import MECHANISM, PATEGAN
 from dpgen.privacy.rdp import DEFAULT_ORDERS
+from teacher_spy import spy_teacher_records
 
 warnings.filterwarnings("ignore")
 
@@ -53,22 +54,9 @@ def fit(model, steps, callbacks=(), root=None, teacher_batch=40):
     return trainer, dm
 
 
-def spy_teacher_records(model, monkeypatch) -> list:
-    """The record indices (teachers, b) of every teacher step, read from feature 0 of the teacher batches."""
-    seen = []
-    train_step = model.ensemble.train_step
-
-    def spy(real_x, real_y, fake_x, fake_y):
-        seen.append(torch.round(real_x[..., 0] * RECORDS).long())
-        return train_step(real_x, real_y, fake_x, fake_y)
-
-    monkeypatch.setattr(model.ensemble, "train_step", spy)
-    return seen
-
-
 def test_a_teacher_never_sees_a_record_outside_its_partition(monkeypatch):
     model = tiny()
-    seen = spy_teacher_records(model, monkeypatch)
+    seen = spy_teacher_records(model, monkeypatch, RECORDS)
     _, dm = fit(model, steps=6)
     assert len(seen) == 6 * model.teacher_steps  # n_T teacher steps per generator step
     for t, part in enumerate(dm.partitions):
@@ -91,7 +79,7 @@ def test_teacher_warmup_trains_teachers_on_their_own_records_without_charging(mo
     """teacher_warmup = 3: three extra rounds of n_T teacher steps before the first vote, each on the teacher's
     own records only; no query is made or charged for them, and they happen once per run."""
     model = tiny(teacher_warmup=3)
-    seen = spy_teacher_records(model, monkeypatch)
+    seen = spy_teacher_records(model, monkeypatch, RECORDS)
     _, dm = fit(model, steps=4)
     assert len(seen) == (4 + 3) * model.teacher_steps
     for t, part in enumerate(dm.partitions):
@@ -315,7 +303,7 @@ def test_teachers_pause_while_the_released_vote_calls_too_few_samples_real(monke
         return release
 
     monkeypatch.setattr(pategan, "laplace_vote_batch", noisy_release)
-    seen = spy_teacher_records(model, monkeypatch)
+    seen = spy_teacher_records(model, monkeypatch, RECORDS)
     logged = spy_logs(model)
     fit(model, steps=4)
     assert [e["votes/real"] for e in logged] == [8 / n, 0.0, 4 / n, 12 / n]  # 50%, 0%, 25%, 75%
