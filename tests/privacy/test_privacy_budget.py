@@ -145,6 +145,28 @@ def test_resumed_run_ends_like_an_uninterrupted_one(tmp_path, announce):
         assert torch.equal(a, b)
 
 
+def test_a_run_resumed_after_its_budget_stop_releases_no_further_step(tmp_path):
+    # The 9th step is rolled back (test above) and the run's final checkpoint is written after it. Resumed under the
+    # same budget the run takes no step (a fresh draw of the 9th is no second chance) and still reports 8 released
+    # steps of 9 run; under a budget of 2.3 (rdp <= 1.3) it trains on: steps 10 and 11 spend 1.125 and 1.25, the
+    # 12th (1.375) is rolled back, and both rolled-back steps stay counted: 12 run, 10 released.
+    first = Toy(announce=None)
+    t = fit(tmp_path / "first", first, PrivacyBudget(BUDGET, DELTA))
+    ckpt = tmp_path / "first" / "stopped.ckpt"
+    t.save_checkpoint(ckpt)
+    same = Toy(announce=None)
+    t = fit(tmp_path / "same", same, PrivacyBudget(BUDGET, DELTA), ckpt_path=ckpt)
+    assert t.global_step == 9 and same.ledger.stop["discarded_steps"] == 1
+    assert same.ledger.stop == first.ledger.stop and "rolled back" in same.ledger.stop["reason"]
+    assert same.ledger.state_dict()["rdp"] == first.ledger.state_dict()["rdp"]
+    for a, b in zip(same.generator.parameters(), first.generator.parameters()):
+        assert torch.equal(a, b)
+    more = Toy(announce=None)
+    t = fit(tmp_path / "more", more, PrivacyBudget(2.3, DELTA), ckpt_path=ckpt)
+    assert t.global_step == 12 and more.ledger.stop["discarded_steps"] == 2
+    assert more.ledger.epsilon(DELTA)[0] == pytest.approx(10 * DD + 1)
+
+
 @pytest.mark.parametrize("announce, budget, needed", [("both", 1.2, "1.25"), ("lower", 1.1, "1.13")])
 def test_budget_too_small_for_one_step(tmp_path, announce, budget, needed):
     # "both": the worst case is checked before each step, and one costs 0.25 + 1 = 1.25 > 1.2. "lower": the

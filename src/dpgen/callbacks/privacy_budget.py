@@ -16,6 +16,7 @@ from dpgen.privacy.pld import epsilon_pld, merged
 from dpgen.privacy.rdp import check_delta
 
 LEDGER_KEY = "privacy_ledger"
+STOP_KEY = "privacy_budget_stop"  # a budget stop and the budget it was made under, for a resumed run
 PLAN_HINT = "`python -m dpgen.cli.plan <the same overrides>` prints how many steps a budget buys"
 PRIVATE_LOGS = ("log_private_losses=true: metrics.csv, train.log and the W&B run hold losses computed on private "
                 "records without noise (keys private/...); they are not covered by this guarantee and must stay "
@@ -77,7 +78,9 @@ class PrivacyBudget(WritesAtTrainEnd):
       - the snapshot (released state, optimizers, ledger) is the callback state saved in every checkpoint, and the
         ledger is also written under checkpoint["privacy_ledger"]; a resumed run restarts from that snapshot,
         so it ends with the same epsilon as an uninterrupted run. ModelCheckpoint runs after this callback
-        (Lightning orders checkpoint callbacks last), so it never saves an over-budget step.
+        (Lightning orders checkpoint callbacks last), so it never saves an over-budget step. A checkpoint written
+        after a budget stop also holds the stop and its budget: resumed under the same budget the run stops before
+        its first step; under another it trains on, the earlier rolled-back steps still counted as discarded.
       - the ledger notes why training stopped and how many steps were discarded; privacy.json is written
         when training ends, before the evaluation callbacks, into trainer.default_root_dir (the run folder).
       - training end with no released step (every step refused or rolled back): BudgetError, on every process and
@@ -103,6 +106,8 @@ class PrivacyBudget(WritesAtTrainEnd):
         self._optimizer_snapshot: list[dict] | None = None
         self._ledger_snapshot: dict | None = None
         self._restored = False
+        self._resumed_stop: dict | None = None  # the checkpoint's budget stop, if it had one
+        self._carried_discarded = 0  # steps rolled back by earlier processes under another budget
         self._pld_plan: dict | None = None  # the fixed-cost PLD path: steps left and the ledger's events expected
 
     # budget arithmetic
@@ -209,8 +214,26 @@ class PrivacyBudget(WritesAtTrainEnd):
         pl_module.ledger.load_state_dict(self._ledger_snapshot)
 
     def _stop(self, trainer, pl_module, reason: str, discarded_steps: int):
-        pl_module.ledger.note_stop(reason, discarded_steps)
+        pl_module.ledger.note_stop(reason, discarded_steps + self._carried_discarded)
         trainer.should_stop = True
+
+    def _budget(self) -> dict:
+        return {"epsilon": self.epsilon, "delta": self.delta, "bound": self.bound, "conversion": self.conversion}
+
+    def _stopped_again(self, trainer, pl_module) -> bool:
+        """A checkpoint written after the budget stopped its run: under the same budget the resumed run releases no
+        further step (a fresh draw of the step that did not fit is not a second chance); under another budget it
+        trains on, and the steps rolled back before stay counted (trainer.global_step includes them)."""
+        resumed, self._resumed_stop = self._resumed_stop, None
+        self._carried_discarded = 0
+        if resumed is None:
+            return False
+        if resumed["budget"] == self._budget():
+            pl_module.ledger.note_stop(resumed["stop"]["reason"], resumed["stop"]["discarded_steps"])
+            trainer.should_stop = True
+            return True
+        self._carried_discarded = int(resumed["stop"]["discarded_steps"])
+        return False
 
     # hooks
 
@@ -235,7 +258,7 @@ class PrivacyBudget(WritesAtTrainEnd):
         else:
             self._take_snapshot(trainer, pl_module)
         ledger.stop = None
-        self._pld_plan = self._plan_fixed_pld(trainer, pl_module)
+        self._pld_plan = None if self._stopped_again(trainer, pl_module) else self._plan_fixed_pld(trainer, pl_module)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         ledger = getattr(pl_module, "ledger", None)
@@ -280,7 +303,7 @@ class PrivacyBudget(WritesAtTrainEnd):
         if ledger is None:
             return
         if ledger.stop is None:
-            ledger.note_stop("trainer limits reached within the budget", 0)
+            ledger.note_stop("trainer limits reached within the budget", self._carried_discarded)
         if trainer.global_step <= ledger.stop["discarded_steps"]:
             raise BudgetError(f"no training step was released ({ledger.stop['reason']}), so no generator was written: "
                               f"a run needs a budget and step limits that allow one step ({PLAN_HINT})")
@@ -325,8 +348,11 @@ class PrivacyBudget(WritesAtTrainEnd):
         ledger = getattr(pl_module, "ledger", None)
         if ledger is not None:
             checkpoint[LEDGER_KEY] = ledger.state_dict()
+            if ledger.stop is not None and ledger.stop["reason"].startswith("budget"):
+                checkpoint[STOP_KEY] = {"budget": self._budget(), "stop": copy.deepcopy(ledger.stop)}
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint):
         ledger = getattr(pl_module, "ledger", None)
         if ledger is not None and LEDGER_KEY in checkpoint:
             ledger.load_state_dict(checkpoint[LEDGER_KEY])
+        self._resumed_stop = checkpoint.get(STOP_KEY)
