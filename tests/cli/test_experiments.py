@@ -27,7 +27,7 @@ ABLATIONS = {"proj5": ("method.module.aggregator.proj_dim", 5), "proj20": ("meth
              "bins5": ("method.module.aggregator.bins", 5), "bins20": ("method.module.aggregator.bins", 20)}
 CELLS |= {f"gpate_{d}_ablation_{a}" for d in ("mnist", "fashion_mnist") for a in ABLATIONS}
 # baselines as the G-PATE paper configures them where that differs from the method's default
-BASELINE_CELLS = {"dpgan_gpate_appendix", "gswgan_paper", "pate_triplegan_paper"}
+BASELINE_CELLS = {"dpgan_gpate_appendix", "gswgan_paper", "pate_triplegan_paper", "pate_triplegan_eps1"}
 
 
 def composed_config(*overrides: str) -> dict:
@@ -204,3 +204,24 @@ def test_pate_triplegan_default_is_the_kept_b512_run_and_the_paper_differs_in_it
     assert (got["m.module.dpsgd_batch_size"], got["m.module.noise_multiplier"]) == (512, 0.52)
     model = instantiate(paper_method["module"], shape=IMAGES["mnist"], num_classes=10, kind="image", _convert_="all")
     assert (model.batch_size, model.dpsgd_batch_size, model.n_teachers) == (128, 128, 100)
+
+
+def test_pate_triplegan_eps1_is_the_kept_mnist_eps1_run():
+    """experiment=pate_triplegan_eps1 composes the configuration of the table's MNIST eps = 1 cell (1,000 narrow
+    teachers at vote noise 3,000, DP-SGD batch 1,024 at noise 1.5, run with privacy.epsilon=1 on the command line),
+    and differs from the method's default only in those settings."""
+    cfg = composed("pate_triplegan_eps1", "data=mnist")
+    run = yaml.safe_load((Path(__file__).parents[2] / "docs/results/pate_triplegan_mnist_eps1_t1000"
+                          / "config.yaml").read_text())
+    interpolated = {"m.n_teachers", "m.module.seed", "m.epsilon"}  # unresolved, or given as privacy.epsilon there
+    got, kept = flat(cfg["method"], "m."), flat(run["method"], "m.")
+    assert {k: v for k, v in got.items() if k not in interpolated} == {
+        k: v for k, v in kept.items() if k not in interpolated}
+    assert cfg["privacy"]["epsilon"] == run["privacy"]["epsilon"] == 1
+    default = flat(composed_config("method=pate_triplegan")["method"], "m.")
+    assert {k for k in got if got.get(k) != default.get(k)} == {
+        "m.epsilon", "m.batch_size", "m.module.n_teachers", "m.module.sigma1", "m.module.sigma2",
+        "m.module.dpsgd_batch_size", "m.module.noise_multiplier", "m.module.teachers.channels",
+        "m.module.teachers.hidden", "m.n_teachers"}
+    model = instantiate(cfg["method"]["module"], shape=IMAGES["mnist"], num_classes=10, kind="image", _convert_="all")
+    assert (model.n_teachers, model.dpsgd_batch_size) == (1000, 1024)
