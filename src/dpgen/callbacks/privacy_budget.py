@@ -108,6 +108,7 @@ class PrivacyBudget(WritesAtTrainEnd):
         self._restored = False
         self._resumed_stop: dict | None = None  # the checkpoint's budget stop, if it had one
         self._carried_discarded = 0  # steps rolled back by earlier processes under another budget
+        self._stopped = False  # this process's training stopped at the budget (a checkpoint then keeps the stop)
         self._pld_plan: dict | None = None  # the fixed-cost PLD path: steps left and the ledger's events expected
 
     # budget arithmetic
@@ -215,7 +216,7 @@ class PrivacyBudget(WritesAtTrainEnd):
 
     def _stop(self, trainer, pl_module, reason: str, discarded_steps: int):
         pl_module.ledger.note_stop(reason, discarded_steps + self._carried_discarded)
-        trainer.should_stop = True
+        trainer.should_stop = self._stopped = True
 
     def _budget(self) -> dict:
         return {"epsilon": self.epsilon, "delta": self.delta, "bound": self.bound, "conversion": self.conversion}
@@ -230,7 +231,7 @@ class PrivacyBudget(WritesAtTrainEnd):
             return False
         if resumed["budget"] == self._budget():
             pl_module.ledger.note_stop(resumed["stop"]["reason"], resumed["stop"]["discarded_steps"])
-            trainer.should_stop = True
+            trainer.should_stop = self._stopped = True
             return True
         self._carried_discarded = int(resumed["stop"]["discarded_steps"])
         return False
@@ -257,7 +258,7 @@ class PrivacyBudget(WritesAtTrainEnd):
             self._restored = False
         else:
             self._take_snapshot(trainer, pl_module)
-        ledger.stop = None
+        ledger.stop, self._stopped = None, False
         self._pld_plan = None if self._stopped_again(trainer, pl_module) else self._plan_fixed_pld(trainer, pl_module)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
@@ -348,7 +349,7 @@ class PrivacyBudget(WritesAtTrainEnd):
         ledger = getattr(pl_module, "ledger", None)
         if ledger is not None:
             checkpoint[LEDGER_KEY] = ledger.state_dict()
-            if ledger.stop is not None and ledger.stop["reason"].startswith("budget"):
+            if self._stopped:
                 checkpoint[STOP_KEY] = {"budget": self._budget(), "stop": copy.deepcopy(ledger.stop)}
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint):
