@@ -26,7 +26,7 @@ ABLATIONS = {"proj5": ("method.module.aggregator.proj_dim", 5), "proj20": ("meth
              "clip1e-5": ("method.module.aggregator.clip", 1e-5),
              "bins5": ("method.module.aggregator.bins", 5), "bins20": ("method.module.aggregator.bins", 20)}
 CELLS |= {f"gpate_{d}_ablation_{a}" for d in ("mnist", "fashion_mnist") for a in ABLATIONS}
-# baselines as the G-PATE paper configures them where that differs from the method's default
+# baseline configurations that differ from the method's default: the G-PATE paper's, or a kept cell's
 BASELINE_CELLS = {"dpgan_gpate_appendix", "dpgan_b1024", "gswgan_paper", "pate_triplegan_paper", "pate_triplegan_eps1"}
 
 
@@ -227,11 +227,14 @@ def test_pate_triplegan_eps1_is_the_kept_mnist_eps1_run():
     assert (model.n_teachers, model.dpsgd_batch_size) == (1000, 1024)
 
 
-def test_dpgan_b1024_is_the_kept_mnist_eps1_run():
-    """experiment=dpgan_b1024 composes the configuration of the table's DP-GAN MNIST eps = 1 cell (Poisson batches of
-    1,024 at noise 3, run with the method's default eps = 1), and differs from the method's default only there."""
-    cfg = composed("dpgan_b1024", "data=mnist")
-    run = yaml.safe_load((Path(__file__).parents[2] / "docs/results/dpgan_mnist_eps1_b1024" / "config.yaml").read_text())
+@pytest.mark.parametrize("data", ["mnist", "fashion_mnist"])
+def test_dpgan_b1024_is_the_kept_eps1_run(data):
+    """experiment=dpgan_b1024 composes the configuration of the table's DP-GAN eps = 1 cells (Poisson batches of
+    1,024 at noise 3, run with privacy.epsilon=1 on the command line), and differs from the method's default only
+    there."""
+    cfg = composed("dpgan_b1024", f"data={data}")
+    kept_run = Path(__file__).parents[2] / f"docs/results/dpgan_{data}_eps1_b1024"
+    run = yaml.safe_load((kept_run / "config.yaml").read_text())
     interpolated = {"m.module.batch_size", "m.module.seed"}  # unresolved in the kept file
     got, kept = flat(cfg["method"], "m."), flat(run["method"], "m.")
     assert {k: v for k, v in got.items() if k not in interpolated} == {
