@@ -54,6 +54,21 @@ def flat(tree: dict, prefix: str = "") -> dict:
     return out
 
 
+def kept_config(run: str) -> dict:
+    """The configuration a kept run recorded (docs/results/<run>/config.yaml)."""
+    return yaml.safe_load((Path(__file__).parents[2] / "docs/results" / run / "config.yaml").read_text())
+
+
+def assert_method_is_kept(cfg: dict, run: str, unresolved: set[str]) -> dict:
+    """The composed method section equals the kept run's but for the `unresolved` keys ("m."-prefixed: written as
+    interpolations in the kept file, or given elsewhere there). Returns the kept run's configuration."""
+    kept = kept_config(run)
+    got, was = flat(cfg["method"], "m."), flat(kept["method"], "m.")
+    assert {k: v for k, v in got.items() if k not in unresolved} == {
+        k: v for k, v in was.items() if k not in unresolved}
+    return kept
+
+
 def test_one_file_per_cell():
     assert {p.stem for p in (Path(CONF_DIR) / "experiment").glob("*.yaml")} == CELLS | BASELINE_CELLS
     for path in (Path(CONF_DIR) / "experiment").glob("*.yaml"):
@@ -157,8 +172,7 @@ def test_gswgan_default_is_the_kept_control_with_privacy_on():
     """GS-WGAN's default is the configuration whose noise-free control is kept at 85.5%, with privacy on,
     eps = 10 and the noise that affords its 4,000 steps; it pretrains its own warm start."""
     cfg = composed_config("method=gswgan")
-    control = yaml.safe_load((Path(__file__).parents[2] / "docs/results/gswgan_mnist_control_nd100_m10_lr3e-4"
-                              / "config.yaml").read_text())
+    control = kept_config("gswgan_mnist_control_nd100_m10_lr3e-4")
     assert (cfg["data"]["name"], cfg["privacy"]["epsilon"], cfg["method"]["private"]) == ("mnist", 10.0, True)
     assert cfg["method"]["module"]["sanitizer"]["noise_multiplier"] == 4.4
     assert cfg["method"]["module"]["pretrained_critics"] is None
@@ -190,12 +204,8 @@ def test_pate_triplegan_default_is_the_kept_b512_run_and_the_paper_differs_in_it
     batches of 512 at noise 0.52, whose noise-free control reached 88.3%); experiment=pate_triplegan_paper differs
     from it in those two settings only: the paper's one batch of 128 (dpsgd_batch_size None) and noise 0.4."""
     cfg = composed_config("method=pate_triplegan")
-    run = yaml.safe_load((Path(__file__).parents[2] / "docs/results/pate_triplegan_mnist_eps10_b512"
-                          / "config.yaml").read_text())
-    interpolated = {"m.n_teachers", "m.module.seed"}  # written unresolved in the run's config.yaml
-    got, kept = flat(cfg["method"], "m."), flat(run["method"], "m.")
-    assert {k: v for k, v in got.items() if k not in interpolated} == {
-        k: v for k, v in kept.items() if k not in interpolated}
+    assert_method_is_kept(cfg, "pate_triplegan_mnist_eps10_b512", {"m.n_teachers", "m.module.seed"})
+    got = flat(cfg["method"], "m.")
     assert (cfg["privacy"]["epsilon"], cfg["privacy"]["conversion"]) == (10.0, "pld")
     paper_method = composed("pate_triplegan_paper")["method"]
     paper = flat(paper_method, "m.")
@@ -211,12 +221,9 @@ def test_pate_triplegan_eps1_is_the_kept_mnist_eps1_run():
     teachers at vote noise 3,000, DP-SGD batch 1,024 at noise 1.5, run with privacy.epsilon=1 on the command line),
     and differs from the method's default only in those settings."""
     cfg = composed("pate_triplegan_eps1", "data=mnist")
-    run = yaml.safe_load((Path(__file__).parents[2] / "docs/results/pate_triplegan_mnist_eps1_t1000"
-                          / "config.yaml").read_text())
-    interpolated = {"m.n_teachers", "m.module.seed", "m.epsilon"}  # unresolved, or given as privacy.epsilon there
-    got, kept = flat(cfg["method"], "m."), flat(run["method"], "m.")
-    assert {k: v for k, v in got.items() if k not in interpolated} == {
-        k: v for k, v in kept.items() if k not in interpolated}
+    # unresolved there, or given as privacy.epsilon
+    run = assert_method_is_kept(cfg, "pate_triplegan_mnist_eps1_t1000", {"m.n_teachers", "m.module.seed", "m.epsilon"})
+    got = flat(cfg["method"], "m.")
     assert cfg["privacy"]["epsilon"] == run["privacy"]["epsilon"] == 1
     default = flat(composed_config("method=pate_triplegan")["method"], "m.")
     assert {k for k in got if got.get(k) != default.get(k)} == {
@@ -233,12 +240,8 @@ def test_dpgan_b1024_is_the_kept_eps1_run(data):
     1,024 at noise 3, run with privacy.epsilon=1 on the command line), and differs from the method's default only
     there."""
     cfg = composed("dpgan_b1024", f"data={data}")
-    kept_run = Path(__file__).parents[2] / f"docs/results/dpgan_{data}_eps1_b1024"
-    run = yaml.safe_load((kept_run / "config.yaml").read_text())
-    interpolated = {"m.module.batch_size", "m.module.seed"}  # unresolved in the kept file
-    got, kept = flat(cfg["method"], "m."), flat(run["method"], "m.")
-    assert {k: v for k, v in got.items() if k not in interpolated} == {
-        k: v for k, v in kept.items() if k not in interpolated}
+    run = assert_method_is_kept(cfg, f"dpgan_{data}_eps1_b1024", {"m.module.batch_size", "m.module.seed"})
+    got = flat(cfg["method"], "m.")
     assert cfg["privacy"]["epsilon"] == run["privacy"]["epsilon"] == 1
     default = flat(composed_config("method=dpgan")["method"], "m.")
     assert {k for k in got if got[k] != default[k]} == {"m.batch_size", "m.module.batch_size",
