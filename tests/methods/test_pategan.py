@@ -254,16 +254,17 @@ def test_pairwise_vote_ranks_two_samples_and_the_generator_climbs_the_ranking(mo
     """Teachers that score a sample by its feature sum and call every generated sample fake (logit sum - 100):
     under the paper's vote every released label is "fake" and the generator learns nothing of the ranking;
     under `vote=pairwise` a query asks which of two samples of one label scores higher, one charge per pair,
+    under `vote=median` whether a sample scores above the median of its label's samples, one charge per sample;
     the released answer is the teachers' ranking, and the generator raises the feature sum the teachers prefer."""
     ranked = {}
     vote_batch = pategan.laplace_vote_batch
-    for vote in ("sample", "pairwise"):
+    for vote in ("sample", "pairwise", "median"):
         torch.manual_seed(0)
         model = tiny(lam=1000.0, vote=vote)  # noise of scale 1e-3 votes: the released label is the majority
         queries = []
 
         def teachers(x, y):
-            queries.append(x.detach().clone())
+            queries.append((x.detach().clone(), y.clone()))
             return x.sum(1)[None].expand(TEACHERS, -1) - 100.0
 
         monkeypatch.setattr(model.ensemble, "predict_logits", teachers)
@@ -278,12 +279,19 @@ def test_pairwise_vote_ranks_two_samples_and_the_generator_climbs_the_ranking(mo
         assert entry["count"] == 100 * model.queries_per_step() == 100 * 5 * 16  # one query per sample or pair
         if vote == "sample":
             assert {e["votes/real"] for e in logged} == {0.0}
-        else:  # each student step asks 16 pairs (u, v); "u" is released iff sum(u) > sum(v)
+        elif vote == "pairwise":  # each student step asks 16 pairs (u, v); "u" is released iff sum(u) > sum(v)
             assert len(queries) == 2 * 100 * model.student_steps
-            u, v = queries[-2], queries[-1]
+            (u, _), (v, _) = queries[-2], queries[-1]
             labels = (u.sum(1) > v.sum(1)).long().numpy()
             assert (releases[-1].labels == labels).all() and 0 < labels.mean() < 1
-    assert ranked["pairwise"] > 1.0 and ranked["sample"] < 0, ranked  # of a sum in [0, 4], about 2 at the start
+        else:  # 16 samples; "real" iff sum(u) is above the (lower) median sum of the samples of its label
+            assert len(queries) == 100 * model.student_steps
+            u, y = queries[-1]
+            medians = {int(c): u[y == c].sum(1).sort().values[(int((y == c).sum()) - 1) // 2] for c in y.unique()}
+            labels = np.array([float(s) > float(medians[int(c)]) for s, c in zip(u.sum(1), y)])
+            assert (releases[-1].labels == labels).all() and 0 < labels.mean() <= 0.5  # at most half per label
+    # of a sum in [0, 4], about 2 at the start
+    assert ranked["pairwise"] > 1.0 and ranked["median"] > 1.0 and ranked["sample"] < 0, ranked
     with pytest.raises(ValueError, match="vote must be one of"):
         tiny(vote="triple")
 

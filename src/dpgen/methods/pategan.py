@@ -25,8 +25,18 @@ from dpgen.privacy.ledger import PrivacyLedger
 from dpgen.privacy.rdp import DEFAULT_ORDERS
 
 MECHANISM = "laplace_pate"
-VOTES = ("sample", "pairwise")
+VOTES = ("sample", "pairwise", "median")
 STUDENT_LOSSES = ("bce", "wasserstein")
+
+
+def above_label_median(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """(T, n) teacher logits minus each teacher's (lower) median logit over the samples of the same label: > 0
+    where the teacher ranks a sample in the more real half of its label's samples (`vote=median`)."""
+    out = torch.empty_like(logits)
+    for c in y.unique():
+        same = y == c
+        out[:, same] = logits[:, same] - logits[:, same].median(dim=1, keepdim=True).values
+    return out
 
 
 class PATEGAN(PrivateGenerator):
@@ -48,6 +58,12 @@ class PATEGAN(PrivateGenerator):
         student nothing (section 4.2.2); a ranking of fakes is informative however well they are told apart.
         The same binary vote of the same teachers on public inputs, one query per pair: the same noise and
         the same accounting (docs/PRIVACY.md).
+        "median" (not in the paper): is this generated sample among the more real half of its label's samples in
+        the batch? Teacher t votes real iff its logit on the sample is above its median logit over the batch's
+        samples of that label (`above_label_median`); the student and the generator are the paper's. Like
+        "pairwise" it stays informative however well the teachers tell generated samples from records, with one
+        label per sample. A teacher's votes are still a function of its own partition and public inputs only,
+        so one record moves one teacher's votes: the same accounting (docs/PRIVACY.md).
     pause_teachers_below: the teachers skip an iteration's n_T steps while the previous iteration's released
         votes called fewer than this share of the generated samples real (not in the paper; 0 = the paper: they
         always train). The rule reads released labels only, so it is post-processing and the accounting is the
@@ -88,8 +104,8 @@ class PATEGAN(PrivateGenerator):
             raise ValueError("pause_teachers_below reads the share of samples voted real: it needs vote=sample")
         if student_loss not in STUDENT_LOSSES:
             raise ValueError(f"student_loss must be one of {STUDENT_LOSSES}, got {student_loss!r}")
-        if student_loss == "wasserstein" and vote != "sample":
-            raise ValueError("student_loss=wasserstein learns released real/fake labels: it needs vote=sample")
+        if student_loss == "wasserstein" and vote == "pairwise":
+            raise ValueError("student_loss=wasserstein learns released real/fake labels: it needs vote=sample or median")
         if not student_clip > 0:
             raise ValueError(f"student_clip (the critic's weight bound) must be > 0, got {student_clip}")
         super().__init__(shape, num_classes, kind, z_dim=z_dim, generator=generator, class_probs=class_probs,
@@ -148,6 +164,8 @@ class PATEGAN(PrivateGenerator):
             if self.vote == "pairwise":  # a second sample of each label: teacher t votes "u" iff T_t(u) > T_t(v)
                 v = self.net_g(self.latent(self.batch_size), y)
                 logits = logits - self.ensemble.predict_logits(v, y)
+            elif self.vote == "median":
+                logits = above_label_median(logits, y)
         release = laplace_vote_batch(logits, self.lam, self.orders, self.rng)
         self.ledger.record(MECHANISM, release.rdp, count=release.count,
                            params={"lam": self.lam, "laplace_scale": 1.0 / self.lam, "n_teachers": self.n_teachers})
