@@ -182,6 +182,24 @@ def test_pategan_plan_charges_every_labelled_sample():
     assert_largest(lambda g: eps_from_rdp(g * worst, ORDERS, 1e-5)[0], ten["worst_case_steps"], 10.0)
 
 
+def test_pategan_score_vote_plan_is_a_composition_of_gaussians():
+    """vote=score: each of n_S student steps releases n mean scores with noise score_noise x 2 clip sqrt(n) / k, one
+    (1 / score_noise)-GDP release; n steps are sqrt(n n_S) / score_noise-GDP, whose delta at eps (Dong et al. 2022,
+    Cor. 2.13) is computed here from the normal CDF."""
+    from scipy.stats import norm
+
+    result = main(["method=pategan", "method.module.vote=score", "method.module.score_noise=16",
+                   "method.module.student_steps=2", "privacy.conversion=gdp", "privacy.epsilon=10", *MNIST])
+    assert result["sigma"] == pytest.approx(16 * 2 * 5.0 * 8 / 100)  # clip 5, n = 64, k = 100
+
+    def delta(steps, eps=10.0):
+        mu = np.sqrt(steps * 2) / 16
+        return norm.cdf(-eps / mu + mu / 2) - np.exp(eps) * norm.cdf(-eps / mu - mu / 2)
+
+    n = result["worst_case_steps"]
+    assert n == result["best_case_steps"] and delta(n) <= 1e-5 < delta(n + 1)
+
+
 def test_gswgan_plans_both_bounds_and_the_governing_one():
     overrides = ["experiment=gswgan_paper", "method.module.n_discriminators=100", *MNIST]
     result = main([*overrides, "privacy.conversion=classical"])  # B = 32, sigma 6.05

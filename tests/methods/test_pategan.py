@@ -10,7 +10,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from dpgen.aggregation import pate_vote
+from dpgen.aggregation import pate_vote, score_vote
 from dpgen.callbacks.privacy_budget import PrivacyBudget
 from dpgen.cli.common import CONF_DIR
 from dpgen.cli.train import build_datamodule, build_method
@@ -364,3 +364,57 @@ def test_wasserstein_student_is_a_clipped_critic_the_generator_climbs(monkeypatc
         tiny(student_loss="wasserstein", vote="pairwise")
     with pytest.raises(ValueError, match="student_clip"):
         tiny(student_loss="wasserstein", student_clip=0)
+
+
+def test_score_vote_releases_the_clipped_mean_score_and_the_generator_climbs_it(monkeypatch):
+    """vote=score: teachers that score a sample by its feature sum (in [0, 4]) minus 5, so every binary vote would
+    say "fake". Each student step releases their mean clipped score plus Gaussian noise of the announced std, is charged
+    as one (1 / score_noise)-GDP release, and the generator raises the score the teachers prefer; with the clip
+    below the teachers' logits every released score is the clip's, so the ranking is lost."""
+    releases = []
+    release_scores = score_vote.score_vote
+    monkeypatch.setattr(score_vote, "score_vote", lambda *a, out=releases: out.append(release_scores(*a)) or out[-1])
+    climbed = {}
+    for clip in (10.0, 0.5):
+        torch.manual_seed(0)
+        model = tiny(vote="score", score_clip=clip, score_noise=0.01)
+        queries = []
+
+        def teachers(x, y):
+            queries.append(x.detach().clone())
+            return x.sum(1)[None].expand(TEACHERS, -1) - 5.0
+
+        monkeypatch.setattr(model.ensemble, "predict_logits", teachers)
+        logged = spy_logs(model)
+        before = generated_sum(model)
+        fit(model, steps=100)
+        climbed[clip] = generated_sum(model) - before
+        expected = (queries[-1].sum(1) - 5.0).clamp(-clip, clip)
+        sigma = 0.01 * 2 * clip * math.sqrt(model.batch_size) / TEACHERS
+        assert releases[-1].sigma == pytest.approx(sigma)
+        assert float((releases[-1].scores - expected).abs().max()) < 5 * sigma
+        entry = model.ledger.summary(1e-5)["mechanisms"][score_vote.MECHANISM]
+        assert entry["count"] == 100 * model.student_steps  # one Gaussian release per student step
+        assert model.ledger.mu() == pytest.approx(math.sqrt(100 * model.student_steps) / 0.01)
+        assert "votes/score" in logged[-1] and "votes/real" not in logged[-1]
+        assert {e["teachers/trained"] for e in logged} == {1.0}
+    assert climbed[10.0] > 1.0 and abs(climbed[0.5]) < climbed[10.0] / 2, climbed  # of a sum in [0, 4]
+    assert all(float(r.scores.mean()) == pytest.approx(-0.5, abs=0.01) for r in releases[-5:])
+    with pytest.raises(ValueError, match="score_clip > 0 and score_noise > 0"):
+        tiny(vote="score", score_noise=0)
+    with pytest.raises(ValueError, match="vote=sample"):
+        tiny(student_loss="wasserstein", vote="score")
+
+
+def test_score_vote_budget_stops_where_the_gaussian_composition_reaches_epsilon(tmp_path):
+    """Each step is student_steps Gaussian releases: the run stops before the step that would exceed eps = 2 under
+    the exact GDP conversion, at the planner's count, whatever the teachers' scores."""
+    model = tiny(vote="score", score_noise=20.0)
+    fits = model.step_cost().steps(2.0, 1e-5, "data_dependent", "gdp")
+    assert 10 <= fits < 100
+    budget = PrivacyBudget(epsilon=2.0, delta=1e-5, bound="data_dependent", conversion="gdp")
+    trainer, _ = fit(model, steps=200, callbacks=[budget], root=str(tmp_path))
+    assert trainer.global_step == fits
+    report = json.loads((tmp_path / "privacy.json").read_text())
+    assert report["stop"]["discarded_steps"] == 0
+    assert model.ledger.epsilon(1e-5, "data_dependent", "gdp")[0] <= 2.0

@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 from rich.table import Table
 
-from dpgen.aggregation import dpgradagg, hybrid, mean_embedding, pate_vote
+from dpgen.aggregation import dpgradagg, hybrid, mean_embedding, pate_vote, score_vote
 from dpgen.aggregation.dpgradagg import DPGradAggParams
 from dpgen.aggregation.gradient_sanitizer import SanitizerParams
 from dpgen.aggregation.hybrid import HybridParams
@@ -96,9 +96,15 @@ def plan_dpsgd_gan(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
 
 def plan_pategan(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
     """Per step n_S student steps, each labelling n generated samples by the Laplace vote (PATE-GAN Algorithm 1
-    lines 12-21): n_S * n queries (PATEGAN.queries_per_step)."""
+    lines 12-21): n_S * n queries (PATEGAN.queries_per_step); with vote=score, n_S Gaussian releases of n scores."""
     module = cfg.method.module
     queries = module.student_steps * module.batch_size
+    if module.vote == "score":
+        sigma = module.score_noise * score_vote.sensitivity(module.score_clip, module.n_teachers, module.batch_size)
+        return score_vote.step_cost(module.score_noise, module.student_steps, DEFAULT_ORDERS), {
+            "mechanism": score_vote.MECHANISM, "teachers": module.n_teachers, "score_clip": module.score_clip,
+            "score_noise": module.score_noise, "sigma": sigma, "queries_per_step": queries,
+            "releases_per_step": module.student_steps}
     return pate_vote.step_cost(module.lam, module.n_teachers, queries, DEFAULT_ORDERS), {
         "mechanism": "laplace_pate", "teachers": module.n_teachers, "lam": module.lam, "laplace_scale": 1.0 / module.lam,
         "queries_per_step": queries, "best_case": "unanimous teachers (data-dependent)",

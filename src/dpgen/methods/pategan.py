@@ -18,14 +18,15 @@ from __future__ import annotations
 import torch
 from torch.nn.functional import binary_cross_entropy_with_logits as bce
 
+from dpgen.aggregation import score_vote
 from dpgen.aggregation.pate_vote import laplace_vote_batch, secret_rng, step_cost
 from dpgen.methods.base import PrivateGenerator
 from dpgen.nn.ensemble import TeacherEnsemble
-from dpgen.privacy.ledger import PrivacyLedger
+from dpgen.privacy.ledger import NO_DATA_DEPENDENT_BOUND, PrivacyLedger
 from dpgen.privacy.rdp import DEFAULT_ORDERS
 
 MECHANISM = "laplace_pate"
-VOTES = ("sample", "pairwise", "median")
+VOTES = ("sample", "pairwise", "median", "score")
 STUDENT_LOSSES = ("bce", "wasserstein")
 
 
@@ -64,6 +65,12 @@ class PATEGAN(PrivateGenerator):
         "pairwise" it stays informative however well the teachers tell generated samples from records, with one
         label per sample. A teacher's votes are still a function of its own partition and public inputs only,
         so one record moves one teacher's votes: the same accounting (docs/PRIVACY.md).
+        "score" (not in the paper): how real is this generated sample? The release is the teachers' mean logit,
+        each clipped to +-score_clip, plus Gaussian noise of std score_noise x its L2 sensitivity
+        (aggregation/score_vote.py: each student step's batch is (1 / score_noise)-GDP, whatever the votes).
+        The student regresses the released scores, both centred on the batch (squared error), and the
+        generator raises the student's score. A binary vote that is unanimously "fake" says nothing about which fakes are nearer the records;
+        the mean score still ranks them, as long as the teachers' logits are not all beyond the clip.
     pause_teachers_below: the teachers skip an iteration's n_T steps while the previous iteration's released
         votes called fewer than this share of the generated samples real (not in the paper; 0 = the paper: they
         always train). The rule reads released labels only, so it is post-processing and the accounting is the
@@ -88,8 +95,8 @@ class PATEGAN(PrivateGenerator):
                  teacher_steps: int = 5, student_steps: int = 5, teacher_warmup: int = 0, z_dim: int = 100,
                  lr: float = 1e-4, beta1: float = 0.5, vote: str = "sample", generator: dict | None = None,
                  student: dict | None = None, teachers: dict | None = None, pause_teachers_below: float = 0.0,
-                 student_loss: str = "bce", student_clip: float = 0.01, class_probs=None, ema_decay: float = 0.0,
-                 seed: int = 0):
+                 student_loss: str = "bce", student_clip: float = 0.01, score_clip: float = 5.0,
+                 score_noise: float = 1.0, class_probs=None, ema_decay: float = 0.0, seed: int = 0):
         if not lam > 0:
             raise ValueError(f"lam (inverse Laplace scale) must be > 0, got {lam}")
         if min(batch_size, teacher_steps, student_steps, n_teachers) < 1:
@@ -104,8 +111,10 @@ class PATEGAN(PrivateGenerator):
             raise ValueError("pause_teachers_below reads the share of samples voted real: it needs vote=sample")
         if student_loss not in STUDENT_LOSSES:
             raise ValueError(f"student_loss must be one of {STUDENT_LOSSES}, got {student_loss!r}")
-        if student_loss == "wasserstein" and vote == "pairwise":
+        if student_loss == "wasserstein" and vote in ("pairwise", "score"):
             raise ValueError("student_loss=wasserstein learns released real/fake labels: it needs vote=sample or median")
+        if vote == "score" and not (score_clip > 0 and score_noise > 0):
+            raise ValueError(f"vote=score needs score_clip > 0 and score_noise > 0, got {score_clip}, {score_noise}")
         if not student_clip > 0:
             raise ValueError(f"student_clip (the critic's weight bound) must be > 0, got {student_clip}")
         super().__init__(shape, num_classes, kind, z_dim=z_dim, generator=generator, class_probs=class_probs,
@@ -114,11 +123,12 @@ class PATEGAN(PrivateGenerator):
         self.batch_size, self.teacher_steps, self.student_steps = int(batch_size), int(teacher_steps), int(student_steps)
         self.teacher_warmup, self.lr, self.beta1, self.vote = int(teacher_warmup), lr, beta1, vote
         self.student_loss, self.student_clip = student_loss, float(student_clip)
+        self.score_clip, self.score_noise = float(score_clip), float(score_noise)
         self.student = self.build_judge("relu", **(student or {}))
         self.ensemble = TeacherEnsemble(self.n_teachers, self.shape, self.num_classes, seed=seed,
                                         **{"lr": lr, "betas": (beta1, 0.999), **(teachers or {})})
         self.orders = DEFAULT_ORDERS
-        self.ledger = PrivacyLedger(self.orders)
+        self.ledger = PrivacyLedger(self.orders, aliases=NO_DATA_DEPENDENT_BOUND if vote == "score" else None)
         self._step_cost = None
         self.rng = None  # Laplace noise stream, from the OS's entropy at train start (fresh on resume)
         self.register_buffer("warmed_up", torch.tensor(self.teacher_warmup == 0))  # in checkpoints: once per run
@@ -137,7 +147,9 @@ class PATEGAN(PrivateGenerator):
         return self.student_steps * self.batch_size
 
     def step_cost(self):
-        if self._step_cost is None:  # fixed by the parameters; its best case takes every vote, so it is kept
+        if self._step_cost is None and self.vote == "score":  # a Gaussian per student step, whatever the votes
+            self._step_cost = score_vote.step_cost(self.score_noise, self.student_steps, self.orders)
+        elif self._step_cost is None:  # fixed by the parameters; its best case takes every vote, so it is kept
             self._step_cost = step_cost(self.lam, self.n_teachers, self.queries_per_step(), self.orders)
         return self._step_cost
 
@@ -166,6 +178,8 @@ class PATEGAN(PrivateGenerator):
                 logits = logits - self.ensemble.predict_logits(v, y)
             elif self.vote == "median":
                 logits = above_label_median(logits, y)
+        if self.vote == "score":
+            return self.score_student_step(u, y, logits)
         release = laplace_vote_batch(logits, self.lam, self.orders, self.rng)
         self.ledger.record(MECHANISM, release.rdp, count=release.count,
                            params={"lam": self.lam, "laplace_scale": 1.0 / self.lam, "n_teachers": self.n_teachers})
@@ -187,10 +201,27 @@ class PATEGAN(PrivateGenerator):
                     p.clamp_(-self.student_clip, self.student_clip)
         return loss.detach(), float(release.labels.mean())
 
+    def score_student_step(self, u: torch.Tensor, y: torch.Tensor, logits: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """`vote=score`: release the noisy mean clipped score of each of n samples, charge it, regress the student
+        on it. Returns the loss and the mean released score."""
+        release = score_vote.score_vote(logits, self.score_clip, self.score_noise, self.rng)
+        self.ledger.record_gdp(score_vote.MECHANISM, release.mu,
+                               params={"score_clip": self.score_clip, "score_noise": self.score_noise,
+                                       "sigma": release.sigma, "n_teachers": self.n_teachers})
+        # centred on the batch: on the raw scores the student spends its steps on their level, which moves with the
+        # teachers and the generator, and on a toy learned the slope with the wrong sign, so the generator fell
+        score, target = self.student(u, y).view(-1), release.scores
+        loss = ((score - score.mean() - (target - target.mean())) ** 2).mean()
+        opt = self.optimizers()[1]
+        opt.zero_grad()
+        self.manual_backward(loss)
+        opt.optimizer.step()
+        return loss.detach(), float(release.scores.mean())
+
     def generator_step(self) -> torch.Tensor:
         """Algorithm 1 lines 22-24, with the non-saturating form -log S(G(z)) of eq. 5's log(1 - S(G(z)));
         pairwise and the Wasserstein student: -S(G(z)), the student's score raised."""
-        if self.vote == "pairwise" or self.student_loss == "wasserstein":
+        if self.vote in ("pairwise", "score") or self.student_loss == "wasserstein":
             return self.generator_step_against(self.student, lambda s: -s.mean(), self.batch_size)
         return self.generator_step_against(self.student, lambda s: bce(s, torch.ones_like(s)), self.batch_size)
 
@@ -212,11 +243,14 @@ class PATEGAN(PrivateGenerator):
         train_teachers = float(self.last_real_share) >= self.pause_teachers_below
         if train_teachers:
             t_loss = torch.stack([self.teacher_step(x, y) for x, y in chunks]).mean()
-        s_losses, real = zip(*(self.student_step() for _ in range(self.student_steps)))
-        self.last_real_share.fill_(sum(real) / len(real))
+        s_losses, released = zip(*(self.student_step() for _ in range(self.student_steps)))
+        released = sum(released) / len(released)
+        if self.vote != "score":
+            self.last_real_share.fill_(released)
         g_loss = self.generator_step()
         # votes/real: the share of generated samples the (noisy, released) vote calls real; the student learns
-        # nothing the generator can use while it is 0 (PATE-GAN section 4.2.2)
+        # nothing the generator can use while it is 0 (PATE-GAN section 4.2.2). votes/score: the mean released score
         self.log_losses({"loss/student": torch.stack(s_losses).mean(), "loss/g": g_loss,
-                         "votes/real": float(self.last_real_share), "teachers/trained": float(train_teachers)},
+                         "votes/score" if self.vote == "score" else "votes/real": released,
+                         "teachers/trained": float(train_teachers)},
                         private={"loss/teachers": t_loss} if train_teachers else {})
