@@ -11,7 +11,8 @@ Budget. Every labelled sample is one query recorded in the ledger (`laplace_pate
 `step_cost()` announces the data-independent worst case of the next step, so under
 `privacy.bound=data_independent` PrivacyBudget stops before a step could exceed epsilon; under the
 data-dependent bound the cost is known after the step and an overshooting step is rolled back (generator
-and ledger), so no generator over budget is ever released.
+and ledger), so no generator over budget is ever released. `vote=score` instead records one Gaussian release per
+student step (`gaussian_score`, GDP), the same whatever the votes, so it is checked before each step.
 """
 from __future__ import annotations
 
@@ -69,8 +70,8 @@ class PATEGAN(PrivateGenerator):
         each clipped to +-score_clip, plus Gaussian noise of std score_noise x its L2 sensitivity
         (aggregation/score_vote.py: each student step's batch is (1 / score_noise)-GDP, whatever the votes).
         The student regresses the released scores, both centred on the batch (squared error), and the
-        generator raises the student's score. A binary vote that is unanimously "fake" says nothing about which fakes are nearer the records;
-        the mean score still ranks them, as long as the teachers' logits are not all beyond the clip.
+        generator raises the student's score. A binary vote that is unanimously "fake" says nothing about which
+        fakes are nearer the records; the mean score still ranks them while the logits are inside the clip.
     pause_teachers_below: the teachers skip an iteration's n_T steps while the previous iteration's released
         votes called fewer than this share of the generated samples real (not in the paper; 0 = the paper: they
         always train). The rule reads released labels only, so it is post-processing and the accounting is the

@@ -1,0 +1,56 @@
+"""scripts/pategan_student_probe.py: its measures are what they say on a student and teachers whose answer is known."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from dpgen.methods.pategan import PATEGAN
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "pategan_student_probe.py"
+spec = importlib.util.spec_from_file_location("pategan_student_probe", SCRIPT)
+probe = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(probe)
+
+
+def tiny_score_model(clip=0.05):
+    torch.manual_seed(0)
+    return PATEGAN((4,), 2, "table", n_teachers=6, lam=1.0, batch_size=16, z_dim=8, vote="score", score_clip=clip,
+                   teachers=dict(hidden=16), generator=dict(hidden=[16]), student=dict(hidden=[16]))
+
+
+class TeachersAsStudent(nn.Module):
+    """A student whose score is the teachers' mean clipped score plus a constant: it has learned them exactly."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x, y):
+        return probe.teacher_score(self.model, x, y)[:, None] + 3.0
+
+
+def test_the_teachers_score_is_their_mean_clipped_logit_and_a_perfect_student_measures_one():
+    model = tiny_score_model()
+    with torch.no_grad():
+        x, y = model.generated(64)
+        logits = model.ensemble.predict_logits(x, y)
+    assert (logits.abs() > 0.05).any()  # the clip matters on these samples
+    torch.testing.assert_close(probe.teacher_score(model, x, y).detach(), logits.clamp(-0.05, 0.05).mean(0))
+    model.student = TeachersAsStudent(model)
+    row = probe.measure(model, x, y)
+    assert row["cosine_per_sample"] == pytest.approx(1.0, abs=1e-5)
+    assert row["cosine_batch_sum"] == pytest.approx(1.0, abs=1e-5) and row["r2"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_teachers_halves_agree_fully_when_the_halves_are_the_same_teachers():
+    model = tiny_score_model(clip=100.0)
+    with torch.no_grad():
+        x, y = model.generated(64)
+    assert probe.teacher_halves(model, x, y)["halves_cosine_batch_sum"] < 0.999  # six different teachers
+    for stacked in model.ensemble.params.buffers():  # teachers 3-5 become copies of teachers 0-2
+        stacked.data[3:] = stacked.data[:3]
+    halves = probe.teacher_halves(model, x, y)
+    assert halves["halves_cosine_per_sample"] == pytest.approx(1.0, abs=1e-5)
+    assert halves["halves_cosine_batch_sum"] == pytest.approx(1.0, abs=1e-5)
