@@ -43,7 +43,7 @@ def score_vote(logits: torch.Tensor, clip: float, noise: float, rng: np.random.G
         raise ValueError(f"the score vote needs clip > 0 and noise > 0, got {clip}, {noise}")
     n_teachers, n = logits.shape
     sigma = noise * sensitivity(clip, n_teachers, n)
-    mean = logits.double().clamp(-clip, clip).mean(0).cpu().numpy()  # in float64: the sensitivity is exact
+    mean = logits.double().clamp(-clip, clip).mean(0).cpu().numpy()  # float64, not the teachers' bfloat16
     noisy = mean + rng.normal(0.0, sigma, size=n)
     return ScoreRelease(torch.as_tensor(noisy, dtype=logits.dtype, device=logits.device), sigma, 1.0 / noise)
 
