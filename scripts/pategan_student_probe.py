@@ -87,8 +87,7 @@ def main(argv=None) -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     model, state = load(args.run)
-    for p in (*model.net_g.parameters(),):
-        p.requires_grad_(False)
+    model.net_g.requires_grad_(False)
     opt = torch.optim.Adam(model.student.parameters(), lr=model.lr, betas=(model.beta1, 0.999))
     if state.get("optimizer_states"):
         opt.load_state_dict(state["optimizer_states"][1])

@@ -27,6 +27,11 @@ def sensitivity(clip: float, n_teachers: int, n_queries: int) -> float:
     return 2.0 * float(clip) * math.sqrt(n_queries) / int(n_teachers)
 
 
+def noise_std(clip: float, noise: float, n_teachers: int, n_queries: int) -> float:
+    """Std of the noise on each released mean score: noise x the batch's L2 sensitivity."""
+    return noise * sensitivity(clip, n_teachers, n_queries)
+
+
 @dataclass
 class ScoreRelease:
     """One batch of released scores and its price: mu-GDP, mu = 1 / noise."""
@@ -42,7 +47,7 @@ def score_vote(logits: torch.Tensor, clip: float, noise: float, rng: np.random.G
     if not clip > 0 or not noise > 0:
         raise ValueError(f"the score vote needs clip > 0 and noise > 0, got {clip}, {noise}")
     n_teachers, n = logits.shape
-    sigma = noise * sensitivity(clip, n_teachers, n)
+    sigma = noise_std(clip, noise, n_teachers, n)
     mean = logits.double().clamp(-clip, clip).mean(0).cpu().numpy()  # float64, not the teachers' bfloat16
     noisy = mean + rng.normal(0.0, sigma, size=n)
     return ScoreRelease(torch.as_tensor(noisy, dtype=logits.dtype, device=logits.device), sigma, 1.0 / noise)

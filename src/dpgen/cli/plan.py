@@ -100,7 +100,7 @@ def plan_pategan(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
     module = cfg.method.module
     queries = module.student_steps * module.batch_size
     if module.vote == "score":
-        sigma = module.score_noise * score_vote.sensitivity(module.score_clip, module.n_teachers, module.batch_size)
+        sigma = score_vote.noise_std(module.score_clip, module.score_noise, module.n_teachers, module.batch_size)
         return score_vote.step_cost(module.score_noise, module.student_steps, DEFAULT_ORDERS), {
             "mechanism": score_vote.MECHANISM, "teachers": module.n_teachers, "score_clip": module.score_clip,
             "score_noise": module.score_noise, "sigma": sigma, "queries_per_step": queries,
