@@ -1,14 +1,16 @@
 """Where PATE-GAN's score vote loses the signal: does the student learn the direction in which the teachers' score
 rises, given enough steps?
 
-    python scripts/pategan_student_probe.py RUN_DIR [--steps 2000] [--every 250] [--out probe.json]
+    python scripts/pategan_student_probe.py RUN_DIR [--steps 2000] [--every 250] [--perturb 0] [--out probe.json]
 
 RUN_DIR is a `method.module.vote=score` run with a checkpoint (RUN_DIR/checkpoints/last.ckpt). Its generator and
 teachers are frozen as they were there; its student is trained on, exactly as in the run (fresh generated samples,
 the teachers' mean clipped score without noise, the centred squared error, the run's Adam), for --steps steps. Every
 --every steps, on 256 fixed generated samples: the cosine between the student's input gradient and that of the
 teachers' mean clipped score (per sample, and of their sums over the batch, which is what the generator's step
-follows), and R^2 of the student's centred scores against the teachers'; once, the same cosines between the two
+follows), and R^2 of the student's centred scores against the teachers'. With --perturb s > 0 the student is trained
+on the generated samples moved by Gaussian pixel noise of a standard deviation drawn uniformly from [0, s] per
+sample (the teachers scoring the moved samples), and measured, as always, on unmoved ones; once, the same cosines between the two
 halves of the teachers, how much they agree on the direction. Not private: a measurement of a noise-free
 control's state.
 """
@@ -79,11 +81,19 @@ def teacher_halves(model, x: torch.Tensor, y: torch.Tensor) -> dict:
     return dict(zip(("halves_cosine_per_sample", "halves_cosine_batch_sum"), cosines(first, second)))
 
 
+def training_batch(model, perturb: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch of generated samples for the student, each moved by Gaussian pixel noise of a standard deviation drawn
+    uniformly from [0, perturb]."""
+    u, y = model.generated(model.batch_size)
+    return u + perturb * torch.rand(len(u), *[1] * (u.dim() - 1)) * torch.randn_like(u), y
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path)
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--every", type=int, default=250)
+    parser.add_argument("--perturb", type=float, default=0.0)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     model, state = load(args.run)
@@ -104,14 +114,14 @@ def main(argv=None) -> None:
         if step == args.steps:
             break
         with torch.no_grad():
-            u, y = model.generated(model.batch_size)
+            u, y = training_batch(model, args.perturb)
             target = teacher_score(model, u, y)
         score = model.student(u, y).view(-1)
         loss = ((score - score.mean() - (target - target.mean())) ** 2).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
-    result = {"run": str(args.run), "global_step": state["global_step"], **halves, "rows": rows}
+    result = {"run": str(args.run), "global_step": state["global_step"], "perturb": args.perturb, **halves, "rows": rows}
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
 
