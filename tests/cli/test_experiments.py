@@ -27,7 +27,7 @@ ABLATIONS = {"proj5": ("method.module.aggregator.proj_dim", 5), "proj20": ("meth
              "bins5": ("method.module.aggregator.bins", 5), "bins20": ("method.module.aggregator.bins", 20)}
 CELLS |= {f"gpate_{d}_ablation_{a}" for d in ("mnist", "fashion_mnist") for a in ABLATIONS}
 # baseline configurations that differ from the method's default: the G-PATE paper's, or a kept cell's
-BASELINE_CELLS = {"dpgan_gpate_appendix", "dpgan_b1024", "gswgan_paper", "pate_triplegan_paper", "pate_triplegan_eps1"}
+BASELINE_CELLS = {"dpgan_gpate_appendix", "dpgan_b1024", "dpcgan_b1024", "gswgan_paper", "pate_triplegan_paper", "pate_triplegan_eps1"}
 
 
 def composed_config(*overrides: str) -> dict:
@@ -234,17 +234,17 @@ def test_pate_triplegan_eps1_is_the_kept_mnist_eps1_run():
     assert (model.n_teachers, model.dpsgd_batch_size) == (1000, 1024)
 
 
-@pytest.mark.parametrize("data", ["mnist", "fashion_mnist"])
-def test_dpgan_b1024_is_the_kept_eps1_run(data):
-    """experiment=dpgan_b1024 composes the configuration of the table's DP-GAN eps = 1 cells (Poisson batches of
-    1,024 at noise 3, run with privacy.epsilon=1 on the command line), and differs from the method's default only
-    there."""
-    cfg = composed("dpgan_b1024", f"data={data}")
-    run = assert_method_is_kept(cfg, f"dpgan_{data}_eps1_b1024", {"m.module.batch_size", "m.module.seed"})
+@pytest.mark.parametrize("method,data", [("dpgan", "mnist"), ("dpgan", "fashion_mnist"), ("dpcgan", "mnist")])
+def test_b1024_is_the_kept_eps1_run(method, data):
+    """experiment=dpgan_b1024 and experiment=dpcgan_b1024 compose the configuration of the table's eps = 1 cells they
+    stand for (Poisson batches of 1,024 at noise 3, run with privacy.epsilon=1 on the command line), and differ from
+    the method's default only there."""
+    cfg = composed(f"{method}_b1024", f"data={data}")
+    run = assert_method_is_kept(cfg, f"{method}_{data}_eps1_b1024", {"m.module.batch_size", "m.module.seed"})
     got = flat(cfg["method"], "m.")
     assert cfg["privacy"]["epsilon"] == run["privacy"]["epsilon"] == 1
-    default = flat(composed_config("method=dpgan")["method"], "m.")
-    assert {k for k in got if got[k] != default[k]} == {"m.batch_size", "m.module.batch_size",
-                                                         "m.module.noise_multiplier"}
+    default = flat(composed_config(f"method={method}")["method"], "m.")
+    noise = {"m.module.noise_multiplier"} if method == "dpgan" else set()  # DP-CGAN's default noise is already 3
+    assert {k for k in got if got[k] != default[k]} == {"m.batch_size", "m.module.batch_size"} | noise
     model = instantiate(cfg["method"]["module"], shape=IMAGES["mnist"], num_classes=10, kind="image", _convert_="all")
     assert (model.batch_size, model.noise_multiplier) == (1024, 3.0)
