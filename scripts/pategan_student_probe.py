@@ -8,11 +8,11 @@ teachers are frozen as they were there; its student is trained on, exactly as in
 the teachers' mean clipped score without noise, the centred squared error, the run's Adam), for --steps steps. Every
 --every steps, on 256 fixed generated samples: the cosine between the student's input gradient and that of the
 teachers' mean clipped score (per sample, and of their sums over the batch, which is what the generator's step
-follows), and R^2 of the student's centred scores against the teachers'. With --perturb s > 0 the student is trained
-on the generated samples moved by Gaussian pixel noise of a standard deviation drawn uniformly from [0, s] per
-sample (the teachers scoring the moved samples), and measured, as always, on unmoved ones; once, the same cosines between the two
-halves of the teachers, how much they agree on the direction. Not private: a measurement of a noise-free
-control's state.
+follows), and R^2 of the student's centred scores against the teachers'; once, the same cosines between the two
+halves of the teachers, how much they agree on the direction. With --perturb s > 0 the student is trained on the
+generated samples moved by Gaussian pixel noise of a standard deviation drawn uniformly from [0, s] per sample (the
+teachers scoring the moved samples), and measured, as always, on unmoved ones. Not private: a measurement of a
+noise-free control's state.
 """
 from __future__ import annotations
 
@@ -121,7 +121,8 @@ def main(argv=None) -> None:
         opt.zero_grad()
         loss.backward()
         opt.step()
-    result = {"run": str(args.run), "global_step": state["global_step"], "perturb": args.perturb, **halves, "rows": rows}
+    result = {"run": str(args.run), "global_step": state["global_step"], "perturb": args.perturb, **halves,
+              "rows": rows}
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
 

@@ -27,7 +27,8 @@ ABLATIONS = {"proj5": ("method.module.aggregator.proj_dim", 5), "proj20": ("meth
              "bins5": ("method.module.aggregator.bins", 5), "bins20": ("method.module.aggregator.bins", 20)}
 CELLS |= {f"gpate_{d}_ablation_{a}" for d in ("mnist", "fashion_mnist") for a in ABLATIONS}
 # baseline configurations that differ from the method's default: the G-PATE paper's, or a kept cell's
-BASELINE_CELLS = {"dpgan_gpate_appendix", "dpgan_b1024", "dpcgan_b1024", "gswgan_paper", "pate_triplegan_paper", "pate_triplegan_eps1"}
+BASELINE_CELLS = {"dpgan_gpate_appendix", "dpgan_b1024", "dpcgan_b1024", "gswgan_paper", "pate_triplegan_paper",
+                  "pate_triplegan_eps1"}
 
 
 def composed_config(*overrides: str) -> dict:
