@@ -235,7 +235,8 @@ def test_pate_triplegan_eps1_is_the_kept_mnist_eps1_run():
     assert (model.n_teachers, model.dpsgd_batch_size) == (1000, 1024)
 
 
-@pytest.mark.parametrize("method,data", [("dpgan", "mnist"), ("dpgan", "fashion_mnist"), ("dpcgan", "mnist")])
+@pytest.mark.parametrize("method,data", [("dpgan", "mnist"), ("dpgan", "fashion_mnist"), ("dpcgan", "mnist"),
+                                         ("dpcgan", "fashion_mnist")])
 def test_b1024_is_the_kept_eps1_run(method, data):
     """experiment=dpgan_b1024 and experiment=dpcgan_b1024 compose the configuration of the table's eps = 1 cells they
     stand for (Poisson batches of 1,024 at noise 3, run with privacy.epsilon=1 on the command line), and differ from
