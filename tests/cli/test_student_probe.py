@@ -58,14 +58,15 @@ def test_teachers_halves_agree_fully_when_the_halves_are_the_same_teachers():
 
 def test_the_student_batch_is_moved_by_noise_of_a_per_sample_scale_up_to_perturb():
     model = tiny_score_model()
-    torch.manual_seed(1)
     with torch.no_grad():
+        torch.manual_seed(1)
+        unmoved, y_unmoved = model.generated(model.batch_size)
+        torch.manual_seed(1)
         plain, y_plain = probe.training_batch(model, 0.0)
         torch.manual_seed(1)
         moved, y = probe.training_batch(model, 0.5)
-        torch.manual_seed(1)
-        again, _ = probe.training_batch(model, 0.0)
-    torch.testing.assert_close(again, plain)  # no noise at 0
+    torch.testing.assert_close(plain, unmoved)  # no noise at 0: the generator's own samples
+    torch.testing.assert_close(y_plain, y_unmoved)
     torch.testing.assert_close(y, y_plain)
     scale = (moved - plain).std(1)  # one noise scale per sample: the spread of its 4 moved features
     assert scale.max() < 0.5 * 2 and scale.min() < 0.1 and (scale > 0.25).any()
