@@ -180,6 +180,7 @@ def test_gswgan_default_is_the_kept_control_with_privacy_on():
     changed = {f"m.{k}" for k in ("private", "epsilon", "module.sanitizer.noise_multiplier",
                                   "module.pretrained_critics", "module.batch_size", "module.seed")}
     got, kept = flat(cfg["method"], "m."), flat(control["method"], "m.")  # batch_size, seed: interpolations there
+    assert got.pop("m.module.sanitizer.draw") == "per_step"  # an option added since; its default is that run's loop
     assert {k for k in got if k not in changed} == {k for k in kept if k not in changed}
     assert {k: got[k] for k in got if k not in changed} == {k: kept[k] for k in kept if k not in changed}
     model = instantiate(cfg["method"]["module"], shape=IMAGES["mnist"], num_classes=10, kind="image",
@@ -196,7 +197,7 @@ def test_gswgan_paper_is_the_reference_configuration():
     assert (module["n_discriminators"], module["critics"]["model_dim"], module["pretrain"]["steps"]) == (1000, 64, 2000)
     assert (module["scheduled_critics"], module["scheduled_steps"], module["critic_steps"]) == (1, None, 5)
     assert (module["lr"], module["betas"], module["z_dim"]) == (1e-4, [0.5, 0.9], 10)
-    assert module["sanitizer"] == {"clip": 1.0, "noise_multiplier": 6.05}
+    assert module["sanitizer"] == {"clip": 1.0, "noise_multiplier": 6.05, "draw": "per_step"}  # one critic per step
     assert round(1.07 * 32 ** 0.5, 2) == 6.05
 
 

@@ -15,7 +15,7 @@ from dpgen.data.base import DPGenDataModule, TensorData
 from dpgen.methods import gswgan as gswgan_module
 from dpgen.methods.gswgan import GSWGAN, KEPT_CAVEAT, MECHANISM, PARTIAL, WARM_START
 from dpgen.nn.critic import CriticEnsemble, ProjectionCritic
-from dpgen.privacy.gswgan import GSWGAN_ORDERS, rdp_gswgan_step, sound_pld_event
+from dpgen.privacy.gswgan import GSWGAN_ORDERS, rdp_gswgan_step, sound_pld_event, sound_pld_events
 from dpgen.privacy.pld import epsilon_pld
 from dpgen.privacy.rdp import eps_from_rdp
 
@@ -46,6 +46,26 @@ def test_worked_numbers_of_the_docs():
     fixed = rdp_gswgan_step(1000, 32, 1.07 * np.sqrt(32), GSWGAN_ORDERS)["sound"]
     assert np.allclose(fixed, step["as_published"] / 32)
     assert eps_from_rdp(fixed * 20000, GSWGAN_ORDERS, 1e-5)[0] == pytest.approx(1.57, abs=0.01)
+
+
+def test_per_sample_draws_make_the_papers_count_the_sound_one():
+    """One critic drawn for each sample, independently: each sanitized gradient is a subsampled Gaussian of its
+    own at sigma, B per step, under both bounds (docs/PRIVACY.md, GS-WGAN); worked numbers of the docs."""
+    step = rdp_gswgan_step(1000, 32, 1.07, GSWGAN_ORDERS, draw="per_sample")
+    assert np.allclose(step["sound"], wor_accountant(1000, 1.07, 32).rdp)
+    assert np.array_equal(step["sound"], step["as_published"])
+    assert np.array_equal(step["as_published"], rdp_gswgan_step(1000, 32, 1.07, GSWGAN_ORDERS)["as_published"])
+    event, count = sound_pld_events(1000, 32, 1.07, "per_sample")
+    assert count == 32 and event == {"kind": "replace_poisson_gaussian", "sample_rate": 1e-3,
+                                     "noise_multiplier": 1.07}
+    assert sound_pld_events(1000, 32, 1.07) == (sound_pld_event(1000, 32, 1.07), 1)
+    # the paper's 20,000 steps at 1.07 are a sound eps = 10 run with per-sample draws (7.75 by the PLD)
+    assert epsilon_pld([(event, 32 * 20000)], 1e-5) == pytest.approx(7.75, abs=0.01)
+    assert epsilon_pld([(sound_pld_event(1000, 32, 1.07), 20000)], 1e-5) > 300  # one draw per step
+    with pytest.raises(ValueError, match="draw must be one of"):
+        SanitizerParams(n_discriminators=10, draw="per_batch")
+    with pytest.raises(ValueError, match="batch_size"):
+        sound_pld_events(1000, 0, 1.07, "per_sample")
 
 
 def test_sanitizer_clips_each_row_and_adds_noise_of_std_2_c_sigma():
@@ -82,6 +102,21 @@ def test_ensemble_step_equals_a_plain_critic_with_adam():
     for name, p in critic.named_parameters():
         assert torch.allclose(getattr(ens.params, name.replace(".", "_"))[1], p, atol=1e-10), name
     assert ens.steps.tolist() == [2, 2, 2]
+
+
+def test_each_sample_scored_by_its_own_critic_equals_that_critic_alone():
+    torch.manual_seed(0)
+    ens = CriticEnsemble(5, (1, 8, 8), 3, model_dim=4, chunk_size=2).double()
+    x, y = torch.rand(4, 1, 8, 8, dtype=torch.float64, requires_grad=True), torch.tensor([2, 0, 1, 2])
+    drawn = torch.tensor([3, 0, 3, 4])
+    score = ens.score_each(drawn, x, y)
+    (grads,) = torch.autograd.grad(score.sum(), x)
+    for i, j in enumerate(drawn.tolist()):
+        alone = ens.score(j, x[i:i + 1], y[i:i + 1])
+        (grad_alone,) = torch.autograd.grad(alone.sum(), x)
+        assert torch.allclose(score[i], alone[0], rtol=1e-12, atol=1e-12)
+        assert torch.allclose(grads[i], grad_alone[i], rtol=1e-12, atol=1e-12)
+        assert torch.count_nonzero(grad_alone[torch.arange(4) != i]) == 0
 
 
 def test_critic_training_lowers_its_loss():
@@ -157,7 +192,7 @@ def test_budget_stops_before_exceeding_under_the_chosen_bound(bound, tmp_path):
     assert fitting == {"sound": 2, "as_published": 3}[governing]  # eps: 3.51, 4.59, 5.45 / 2.18, 3.44, 4.41, 5.20
     trainer = fit(model, 50, [PrivacyBudget(5.0, 1e-5, bound=bound)], root=tmp_path)
     assert trainer.global_step == fitting
-    assert model.ledger.summary(1e-5)["mechanisms"][MECHANISM]["count"] == fitting
+    assert model.ledger.summary(1e-5)["mechanisms"][MECHANISM["per_step"]]["count"] == fitting
     assert model.ledger.stop["discarded_steps"] == 0
     # privacy.json names the bound that governed, not the config's name for it, and lists GS-WGAN's two only
     report = json.loads((tmp_path / "privacy.json").read_text())
@@ -343,9 +378,9 @@ def test_the_drawn_critic_is_trained_before_its_gradient_and_then_reset_or_kept(
     assert [after["steps"][i] - warm["steps"][i] for i in range(4)] == [kept(i, 5) for i in range(4)]
     report = json.loads((tmp_path / "run" / "privacy.json").read_text())
     assert report.get("caveats") == ([KEPT_CAVEAT] if updates == "kept" else None)
-    assert report["mechanisms"][MECHANISM]["params"][0]["critic_updates"] == updates
-    assert report["mechanisms"][MECHANISM]["params"][0]["scheduled_critics"] == m
-    assert report["mechanisms"][MECHANISM]["params"][0]["scheduled_steps"] == k
+    assert report["mechanisms"][MECHANISM["per_step"]]["params"][0]["critic_updates"] == updates
+    assert report["mechanisms"][MECHANISM["per_step"]]["params"][0]["scheduled_critics"] == m
+    assert report["mechanisms"][MECHANISM["per_step"]]["params"][0]["scheduled_steps"] == k
     with pytest.raises(ValueError, match="critic_updates"):
         tiny_gswgan(critic_updates="reset")
     with pytest.raises(ValueError, match="need critic_updates=scheduled"):
@@ -391,7 +426,7 @@ def test_the_pld_budget_counts_the_sound_bound_and_refuses_kept_updates(tmp_path
     # every step costs the same: the budget plans the steps once and stops before the one that would exceed
     assert trainer.global_step == fitting and model.ledger.stop["discarded_steps"] == 0
     report = json.loads((tmp_path / "privacy.json").read_text())
-    assert report["conversion"] == "pld" and report["mechanisms"][MECHANISM]["count"] == fitting
+    assert report["conversion"] == "pld" and report["mechanisms"][MECHANISM["per_step"]]["count"] == fitting
     assert report["epsilon"] == report["total"]["sound"]["pld"]["epsilon"] <= 5.0
     assert "pld" not in report["total"]["as_published"]  # the event describes the sound bound only
     with pytest.raises(BudgetError, match="sound"):
@@ -407,10 +442,45 @@ def test_a_step_that_releases_other_than_its_cost_announced_is_checked_after_it(
     releases something else (here: less noise than announced) sends the run back to a PLD check after each step."""
     model = tiny_gswgan(sanitizer={"noise_multiplier": 3.0})
     model.step_cost()  # announced at noise 3 (4 steps would fit eps 5), then the releases recorded at noise 2.5
-    monkeypatch.setattr(SanitizerParams, "pld_event", lambda self, b: sound_pld_event(4, b, 2.5))
+    monkeypatch.setattr(SanitizerParams, "pld_events", lambda self, b: (sound_pld_event(4, b, 2.5), 1))
     dearer = sound_pld_event(4, 8, 2.5)
     fitting = max(k for k in range(1, 60) if epsilon_pld([(dearer, k)], 1e-5) <= 5.0)
     assert fitting == 2
     trainer = fit(model, 60, [PrivacyBudget(5.0, 1e-5, bound="sound", conversion="pld")], root=tmp_path)
     assert trainer.global_step == fitting + 1 and model.ledger.stop["discarded_steps"] == 1  # rolled back
     assert json.loads((tmp_path / "privacy.json").read_text())["epsilon"] <= 5.0
+
+
+def test_per_sample_draws_score_each_sample_with_its_own_critic_and_count_each(tmp_path):
+    """sanitizer.draw=per_sample: every step draws B critics with replacement, independently; they take no steps
+    of their own (only the schedule trains critics), and the ledger charges B one-sample events per step, which the
+    PLD budget plans with."""
+    fit(tiny_gswgan(), 1, root=tmp_path / "warm")
+    warm = torch.load(tmp_path / "warm" / WARM_START)["critics"]
+    model = tiny_gswgan(sanitizer={"noise_multiplier": 3.0, "draw": "per_sample"}, scheduled_critics=2,
+                        scheduled_steps=1, pretrained_critics=str(tmp_path / "warm" / WARM_START))
+    score_each, drawn = model.critics.score_each, []
+
+    def spy(indices, x, y):
+        t = len(drawn)  # the critics have taken the scheduled steps of steps 0..t (blocks of 2), no other
+        assert model.critics.steps.tolist() == [int(warm["steps"][i]) + sum((i - 2 * u) % 4 < 2 for u in range(t + 1))
+                                                for i in range(4)]
+        drawn.append(indices.clone())
+        return score_each(indices, x, y)
+
+    model.critics.score_each = spy
+    event = {"kind": "replace_poisson_gaussian", "sample_rate": 0.25, "noise_multiplier": 3.0}
+    fitting = max(k for k in range(1, 60) if epsilon_pld([(event, 8 * k)], 1e-5) <= 5.0)
+    trainer = fit(model, 60, [PrivacyBudget(5.0, 1e-5, bound="sound", conversion="pld")], root=tmp_path / "run")
+    assert trainer.global_step == fitting == len(drawn) and model.ledger.stop["discarded_steps"] == 0
+    assert all(d.shape == (8,) and 0 <= d.min() and d.max() < 4 for d in drawn)
+    assert len({tuple(d.tolist()) for d in drawn}) > 1 and any(len(set(d.tolist())) > 1 for d in drawn)
+    report = json.loads((tmp_path / "run" / "privacy.json").read_text())
+    entry = report["mechanisms"][MECHANISM["per_sample"]]
+    assert entry["count"] == 8 * fitting and entry["pld_event"] == event
+    assert report["epsilon"] == pytest.approx(epsilon_pld([(event, 8 * fitting)], 1e-5))
+    assert report["epsilon"] <= 5.0 < epsilon_pld([(event, 8 * (fitting + 1))], 1e-5)
+    rdp = rdp_gswgan_step(4, 8, 3.0, GSWGAN_ORDERS, draw="per_sample")["sound"] * fitting
+    assert report["total"]["sound"]["classical"]["epsilon"] == pytest.approx(eps_from_rdp(rdp, GSWGAN_ORDERS, 1e-5)[0])
+    with pytest.raises(ValueError, match="per_sample needs critic_updates=scheduled"):
+        tiny_gswgan(sanitizer={"draw": "per_sample"}, critic_updates="discarded")

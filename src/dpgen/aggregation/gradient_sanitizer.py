@@ -9,20 +9,23 @@ import numpy as np
 import torch
 
 from dpgen.privacy.cost import StepCost
-from dpgen.privacy.gswgan import BOUND_ALIASES, GSWGAN_ORDERS, PLD_BOUNDS, rdp_gswgan_step, sound_pld_event
+from dpgen.privacy.gswgan import BOUND_ALIASES, GSWGAN_ORDERS, PLD_BOUNDS, check_draw, rdp_gswgan_step, sound_pld_events
 
 
 @dataclass(frozen=True)
 class SanitizerParams:
-    """clip C = 1 as the paper normalises it; noise std = 2 C noise_multiplier."""
+    """clip C = 1 as the paper normalises it; noise std = 2 C noise_multiplier. `draw`: one critic for the step's
+    batch ("per_step", the paper) or one for each sample, independently ("per_sample"; dpgen.privacy.gswgan)."""
 
     n_discriminators: int
     clip: float = 1.0
     noise_multiplier: float = 1.07
+    draw: str = "per_step"
 
     def __post_init__(self):
         if self.n_discriminators < 1 or not self.clip > 0 or not self.noise_multiplier > 0:
             raise ValueError(f"need n_discriminators >= 1, clip > 0, noise_multiplier > 0; got {self}")
+        check_draw(self.draw)
 
     @property
     def sensitivity(self) -> float:
@@ -31,16 +34,16 @@ class SanitizerParams:
 
     def rdp(self, batch_size: int, orders: np.ndarray) -> dict:
         """RDP of one sanitized batch under both bounds (dpgen.privacy.gswgan)."""
-        return rdp_gswgan_step(self.n_discriminators, batch_size, self.noise_multiplier, orders)
+        return rdp_gswgan_step(self.n_discriminators, batch_size, self.noise_multiplier, orders, self.draw)
 
-    def pld_event(self, batch_size: int) -> dict:
-        """The PLD event of one sanitized batch under the sound bound (dpgen.privacy.gswgan.sound_pld_event)."""
-        return sound_pld_event(self.n_discriminators, batch_size, self.noise_multiplier)
+    def pld_events(self, batch_size: int) -> tuple[dict, int]:
+        """(PLD event, count) of one sanitized batch under the sound bound (dpgen.privacy.gswgan.sound_pld_events)."""
+        return sound_pld_events(self.n_discriminators, batch_size, self.noise_multiplier, self.draw)
 
     def step_cost(self, batch_size: int, pld: bool = True) -> StepCost:
         """One GS-WGAN generator step: one sanitized batch, known in advance under both bounds; with `pld`, its
         PLD event too (only where each step is the subsampled mechanism, critic_updates in SUBSAMPLED_UPDATES)."""
-        events = ((self.pld_event(batch_size), 1),) if pld else ()
+        events = (self.pld_events(batch_size),) if pld else ()
         return StepCost(self.rdp(batch_size, GSWGAN_ORDERS), GSWGAN_ORDERS, aliases=BOUND_ALIASES,
                         pld_events=events, pld_bounds=PLD_BOUNDS)
 

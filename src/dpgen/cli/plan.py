@@ -26,7 +26,7 @@ from dpgen.privacy.gaussian import gaussian_sigma
 from dpgen.privacy.gswgan import BOUND_ALIASES as GSWGAN_ALIASES
 from dpgen.privacy.gswgan import BOUNDS as GSWGAN_BOUNDS
 from dpgen.privacy.gswgan import PLD_BOUNDS as GSWGAN_PLD_BOUNDS
-from dpgen.privacy.gswgan import SUBSAMPLED_UPDATES
+from dpgen.privacy.gswgan import SUBSAMPLED_UPDATES, check_draw
 from dpgen.privacy.ledger import STANDARD_BOUNDS, conversion_for
 from dpgen.privacy.plan import MAX_STEPS
 from dpgen.privacy.rdp import DEFAULT_ORDERS
@@ -112,8 +112,9 @@ def plan_pategan(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
 
 
 def plan_gswgan(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
-    """One step: one of N_D critics drawn, B sanitized gradients (Chen et al. 2020 Sec. 3.2), priced under both
-    bounds (privacy/gswgan.py); privacy.bound=as_published governs with the paper's, any other with the sound one.
+    """One step: one of N_D critics drawn (or one per sample: sanitizer.draw), B sanitized gradients (Chen et al.
+    2020 Sec. 3.2), priced under both bounds (privacy/gswgan.py); privacy.bound=as_published governs with the
+    paper's, any other with the sound one.
     Under privacy.conversion=pld the paper's bound, which has no PLD, is priced by the classical conversion."""
     module, p = cfg.method.module, cfg.privacy
     if p.bound not in STANDARD_BOUNDS + GSWGAN_BOUNDS:
@@ -124,11 +125,12 @@ def plan_gswgan(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
                          "each step is the subsampled mechanism, docs/PRIVACY.md); with kept use "
                          "privacy.conversion=classical")
     sanitizer = SanitizerParams(n_discriminators=module.n_discriminators, **module.sanitizer)
+    check_draw(sanitizer.draw, module.critic_updates)
     cost = sanitizer.step_cost(module.batch_size, pld=subsampled)
     conversions = {bound: conversion_for(p.conversion, bound in GSWGAN_PLD_BOUNDS) for bound in GSWGAN_BOUNDS}
     return cost, {"mechanism": "gswgan_sanitizer", "n_discriminators": module.n_discriminators,
                   "batch_size": module.batch_size, "noise_multiplier": sanitizer.noise_multiplier, "clip": sanitizer.clip,
-                  "critic_updates": module.critic_updates,
+                  "critic_updates": module.critic_updates, "draw": sanitizer.draw,
                   **{f"{bound}_steps": cost.steps(p.epsilon, p.delta, bound, conversions[bound]) for bound in GSWGAN_BOUNDS},
                   **{f"{bound}_conversion": conversions[bound] for bound in GSWGAN_BOUNDS},
                   "governing": GSWGAN_ALIASES.get(p.bound, p.bound)}

@@ -25,12 +25,14 @@ from dpgen.data.partition import TeacherRecords, draw_batches, padded_table, par
 from dpgen.files import atomic_write
 from dpgen.methods.base import PrivateGenerator, running_stats_kept
 from dpgen.nn.critic import CriticEnsemble
-from dpgen.privacy.gswgan import BOUND_ALIASES, CRITIC_UPDATES, GSWGAN_ORDERS, PLD_BOUNDS, SUBSAMPLED_UPDATES
+from dpgen.privacy.gswgan import (BOUND_ALIASES, CRITIC_UPDATES, GSWGAN_ORDERS, PLD_BOUNDS, SUBSAMPLED_UPDATES,
+                                  check_draw)
 from dpgen.privacy.ledger import PrivacyLedger
 
 log = logging.getLogger(__name__)
 
-MECHANISM = "gswgan_sanitizer"
+# the ledger's mechanism per draw; per_sample counts sanitized samples, each its own draw
+MECHANISM = {"per_step": "gswgan_sanitizer", "per_sample": "gswgan_sanitizer_per_sample"}
 KEPT_CAVEAT = ("critic_updates=kept (the GS-WGAN paper's loop): the drawn critic keeps its updates, so a critic's state "
                "depends on which critics earlier steps drew, which stays secret; the accounting composes each step as "
                "a fresh draw of one critic and assumes it does not. This epsilon follows the paper's argument; it is "
@@ -46,7 +48,9 @@ class GSWGAN(PrivateGenerator):
     same and, before the draw, gives the `scheduled_critics` critics (t m .. t m + m - 1) mod N_D of step t
     `scheduled_steps` steps (default `critic_steps`) that they keep (a public schedule, so the critics follow the
     generator without their states depending on the draws); the reference keeps the drawn critic's updates
-    ("kept", which privacy.json flags).
+    ("kept", which privacy.json flags). With sanitizer.draw="per_sample" (not in the paper) each sample's gradient
+    comes from a critic drawn for it alone, as the scheduled steps left it (no steps of its own), which makes the
+    paper's count of B subsampled events per step the sound one (docs/PRIVACY.md, GS-WGAN).
 
     The released generator (`generator`: `net_ema`) is the base class's moving average of the trained `net_g`
     with `ema_decay` 0.999 (decay min(1 - 1/(t+1), 0.999), the reference's exp_mov_avg); 0 releases `net_g`."""
@@ -83,6 +87,7 @@ class GSWGAN(PrivateGenerator):
         if self.scheduled_steps < 1:
             raise ValueError(f"scheduled_steps must be >= 1, got {scheduled_steps}")
         self.sanitizer = SanitizerParams(n_discriminators=self.n_discriminators, **(sanitizer or {}))
+        check_draw(self.sanitizer.draw, critic_updates)
         self.critics = CriticEnsemble(self.n_discriminators, self.shape, self.num_classes, lr=lr, betas=self.betas,
                                       seed=self.seed, **(critics or {}))
         self.pretrain_args = dict(pretrain or {})
@@ -215,31 +220,40 @@ class GSWGAN(PrivateGenerator):
     def training_step(self, batch, batch_idx):
         if self.critic_updates == "scheduled":  # chosen by the step number alone, never by a draw
             s = self.global_step * self.scheduled_critics % self.n_discriminators
-            self.train_critics(s, s + self.scheduled_critics, self.scheduled_steps)
-        j = int(torch.randint(self.n_discriminators, (1,), generator=self.rng))  # the subsampling of the accounting
-        before = self.critics.state_of(j) if self.critic_updates in SUBSAMPLED_UPDATES else None
-        d_loss = self.train_critics(j, j + 1, self.critic_steps)[0]
-        y = self.random_labels(self.batch_size)
-        fake = self.net_g(self.latent(self.batch_size), y)
-        probe = fake.detach().requires_grad_(True)
-        score = self.critics.score(j, probe, y)
-        (grads,) = torch.autograd.grad(-score.sum(), probe)  # row i: d(-D_j(x_i)) / d x_i
-        if before is not None:
-            self.critics.restore(j, before)
+            d_loss = self.train_critics(s, s + self.scheduled_critics, self.scheduled_steps).mean()
+        if self.sanitizer.draw == "per_sample":  # each sample's critic drawn on its own; they take no steps here
+            drawn = torch.randint(self.n_discriminators, (self.batch_size,), generator=self.rng)
+            fake, grads, score = self.critic_gradients(lambda probe, y: self.critics.score_each(drawn, probe, y))
+        else:
+            j = int(torch.randint(self.n_discriminators, (1,), generator=self.rng))  # the subsampling of the accounting
+            before = self.critics.state_of(j) if self.critic_updates in SUBSAMPLED_UPDATES else None
+            d_loss = self.train_critics(j, j + 1, self.critic_steps)[0]
+            fake, grads, score = self.critic_gradients(lambda probe, y: self.critics.score(j, probe, y))
+            if before is not None:
+                self.critics.restore(j, before)
         private, rdp = sanitize(grads, self.sanitizer, self.orders, self.rng)
-        event = self.sanitizer.pld_event(self.batch_size) if self.pld_ready else None
-        self.ledger.record(MECHANISM, rdp, event=event, params={
-            "n_discriminators": self.n_discriminators, "batch_size": self.batch_size,
-            "noise_multiplier": self.sanitizer.noise_multiplier, "clip": self.sanitizer.clip,
-            "critic_updates": self.critic_updates, "scheduled_critics": self.scheduled_critics,
-            "scheduled_steps": self.scheduled_steps})
+        event, count = self.sanitizer.pld_events(self.batch_size)
+        self.ledger.record(MECHANISM[self.sanitizer.draw], rdp, count=count, event=event if self.pld_ready else None,
+                           params={"n_discriminators": self.n_discriminators, "batch_size": self.batch_size,
+                                   "noise_multiplier": self.sanitizer.noise_multiplier, "clip": self.sanitizer.clip,
+                                   "critic_updates": self.critic_updates, "scheduled_critics": self.scheduled_critics,
+                                   "scheduled_steps": self.scheduled_steps})
         opt = self.optimizers()
         opt.zero_grad()
         self.manual_backward(fake, private / self.batch_size)  # the generator sees the sanitized gradient only
         opt.step()
         self.update_ema()
-        self.log_losses({}, private={"loss/d": d_loss, "loss/g": -score.detach().mean()})  # critic j is private
+        self.log_losses({}, private={"loss/d": d_loss, "loss/g": -score.mean()})  # the critics' are private
 
+    def critic_gradients(self, score_of):
+        """A generator batch `fake`, row i of `grads` d(-D(x_i)) / d x_i and `score` D(x) (b,), for the critics'
+        scores `score_of(x, y)` (b,)."""
+        y = self.random_labels(self.batch_size)
+        fake = self.net_g(self.latent(self.batch_size), y)
+        probe = fake.detach().requires_grad_(True)
+        score = score_of(probe, y)
+        (grads,) = torch.autograd.grad(-score.sum(), probe)
+        return fake, grads, score.detach()
 
 
 def save_file(state: dict, path: Path) -> None:

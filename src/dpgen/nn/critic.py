@@ -115,6 +115,12 @@ class CriticEnsemble(nn.Module):
         """D_i(x, y) (b,), differentiable w.r.t. x only (the critic's weights are buffers)."""
         return self.critic({name: t[0] for name, t in self.stacked(self.params, i, i + 1).items()}, x, y)
 
+    def score_each(self, indices: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """D_{indices[i]}(x_i, y_i) for each sample i (b,), the critics' weights gathered and vmapped over the
+        samples; differentiable w.r.t. x only."""
+        theta = {name: t[indices.to(t.device)] for name, t in self.stacked(self.params, 0, self.n).items()}
+        return vmap(lambda th, xi, yi: self.critic(th, xi[None], yi[None])[0])(theta, x, y)
+
     def state_of(self, i: int) -> dict[str, torch.Tensor]:
         """A copy of critic i's weights, Adam moments and step count, for `restore`."""
         state = {f"{part}.{name}": t[0].clone() for part in ("params", "exp_avg", "exp_avg_sq")

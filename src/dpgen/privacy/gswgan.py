@@ -15,6 +15,10 @@ Kasiviswanathan 2019 (Theorem 27, as computed by dp-accounting for the replace-o
   2C sigma per coordinate: noise multiplier sigma / sqrt(B). (The B draws are not independent subsamplings:
   they share the one random j, so amplification applies once, not B times.)
 
+With draw="per_sample" (not in the paper) each of the B samples draws its own critic, independently: each
+sanitized gradient is then a subsampled Gaussian of its own at noise multiplier sigma (sensitivity 2C, noise
+2C sigma), and a step is B of them, which is the paper's count made sound; both bounds are that count.
+
 docs/PRIVACY.md works a number through.
 """
 from __future__ import annotations
@@ -65,11 +69,31 @@ def check_batch_size(batch_size: int) -> None:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
 
 
-def rdp_gswgan_step(n_discriminators: int, batch_size: int, noise_multiplier: float, orders) -> dict:
+# How the critics whose gradients a step sanitizes are drawn: "per_step", one for the whole batch (the paper);
+# "per_sample", one for each sample, independently (docs/PRIVACY.md, GS-WGAN)
+DRAWS = ("per_step", "per_sample")
+
+
+def check_draw(draw: str, critic_updates: str | None = None) -> None:
+    """`draw` is one of DRAWS; per_sample needs critic_updates="scheduled" (when given): the drawn critics take no
+    steps of their own, so only the schedule trains the critics."""
+    if draw not in DRAWS:
+        raise ValueError(f"draw must be one of {DRAWS}, got {draw!r}")
+    if draw == "per_sample" and critic_updates not in (None, "scheduled"):
+        raise ValueError("sanitizer.draw=per_sample needs critic_updates=scheduled: the drawn critics take no "
+                         "steps of their own, so only the schedule trains the critics")
+
+
+def rdp_gswgan_step(n_discriminators: int, batch_size: int, noise_multiplier: float, orders,
+                    draw: str = "per_step") -> dict:
     """RDP of one GS-WGAN generator step under both bounds: {"as_published": ..., "sound": ...}."""
     check_batch_size(batch_size)
+    check_draw(draw)
+    published = rdp_sampled_wor_gaussian(n_discriminators, noise_multiplier, batch_size, orders)
+    if draw == "per_sample":  # B independent draws: the paper's count is the sound one
+        return {"as_published": published, "sound": published.copy()}
     return {
-        "as_published": rdp_sampled_wor_gaussian(n_discriminators, noise_multiplier, batch_size, orders),
+        "as_published": published,
         "sound": rdp_sampled_wor_gaussian(n_discriminators, noise_multiplier / np.sqrt(batch_size), 1, orders),
     }
 
@@ -89,3 +113,14 @@ def sound_pld_event(n_discriminators: int, batch_size: int, noise_multiplier: fl
     check_batch_size(batch_size)
     return check_event({"kind": "replace_poisson_gaussian", "sample_rate": 1.0 / n_discriminators,
                         "noise_multiplier": noise_multiplier / np.sqrt(batch_size)})
+
+
+def sound_pld_events(n_discriminators: int, batch_size: int, noise_multiplier: float,
+                     draw: str = "per_step") -> tuple[dict, int]:
+    """(event, count) of one step under the sound bound: per_step, `sound_pld_event` once; per_sample, the same
+    pair for one sample (multiplier sigma), B times, one for each independently drawn critic (docs/PRIVACY.md)."""
+    check_batch_size(batch_size)
+    check_draw(draw)
+    if draw == "per_sample":
+        return sound_pld_event(n_discriminators, 1, noise_multiplier), int(batch_size)
+    return sound_pld_event(n_discriminators, batch_size, noise_multiplier), 1
