@@ -109,7 +109,7 @@ def test_each_sample_scored_by_its_own_critic_equals_that_critic_alone():
     ens = CriticEnsemble(5, (1, 8, 8), 3, model_dim=4, chunk_size=2).double()
     x, y = torch.rand(4, 1, 8, 8, dtype=torch.float64, requires_grad=True), torch.tensor([2, 0, 1, 2])
     drawn = torch.tensor([3, 0, 3, 4])
-    score = ens.score_each(drawn, x, y)
+    score = ens.score_each(ens.copies(drawn)[0], x, y)
     (grads,) = torch.autograd.grad(score.sum(), x)
     for i, j in enumerate(drawn.tolist()):
         alone = ens.score(j, x[i:i + 1], y[i:i + 1])
@@ -451,30 +451,66 @@ def test_a_step_that_releases_other_than_its_cost_announced_is_checked_after_it(
     assert json.loads((tmp_path / "privacy.json").read_text())["epsilon"] <= 5.0
 
 
-def test_per_sample_draws_score_each_sample_with_its_own_critic_and_count_each(tmp_path):
-    """sanitizer.draw=per_sample: every step draws B critics with replacement, independently; they take no steps
-    of their own (only the schedule trains critics), and the ledger charges B one-sample events per step, which the
-    PLD budget plans with."""
+def test_trained_copies_of_critics_equal_the_ensembles_own_steps_and_leave_it_as_it_was():
+    torch.manual_seed(0)
+    ens = CriticEnsemble(4, (1, 8, 8), 2, model_dim=4, chunk_size=4).double()
+    ens.steps += torch.tensor([0, 3, 0, 7])  # Adam's bias correction differs per critic
+    before = copy.deepcopy(ens.state_dict())
+    real, fake = torch.rand(2, 6, 1, 8, 8, dtype=torch.float64), torch.rand(2, 6, 1, 8, 8, dtype=torch.float64)
+    y = torch.randint(0, 2, (2, 6))
+    theta, m, v, steps = ens.copies(torch.tensor([1, 3]))
+    steps += 1
+    ens.adam_step(theta, m, v, steps, real, y, fake, torch.Generator().manual_seed(0))
+    for name, value in ens.state_dict().items():
+        assert torch.equal(value, before[name]), name  # the copies are not the ensemble's buffers
+    # the same step taken by an ensemble of just those two critics
+    pair = CriticEnsemble(2, (1, 8, 8), 2, model_dim=4, chunk_size=4).double()
+    pair.load_state_dict({name: value[[1, 3]] for name, value in before.items()})
+    pair.train_step(0, 2, real, y, fake, torch.Generator().manual_seed(0))
+    assert steps.tolist() == pair.steps.tolist() == [4, 8]
+    for name, value in pair.stacked(pair.params, 0, 2).items():
+        assert torch.equal(theta[name], value), name
+
+
+@pytest.mark.parametrize("updates,critic_steps", [("scheduled", 0), ("scheduled", 2), ("discarded", 2)])
+def test_per_sample_draws_score_each_sample_with_its_own_critic_and_count_each(updates, critic_steps, tmp_path):
+    """sanitizer.draw=per_sample: every step draws B critics with replacement, independently; copies of the drawn
+    ones take `critic_steps` steps that are never kept (only the schedule's are), and the ledger charges B
+    one-sample events per step, which the PLD budget plans with."""
     fit(tiny_gswgan(), 1, root=tmp_path / "warm")
     warm = torch.load(tmp_path / "warm" / WARM_START)["critics"]
-    model = tiny_gswgan(sanitizer={"noise_multiplier": 3.0, "draw": "per_sample"}, scheduled_critics=2,
-                        scheduled_steps=1, pretrained_critics=str(tmp_path / "warm" / WARM_START))
-    score_each, drawn = model.critics.score_each, []
+    schedule = {"scheduled_critics": 2, "scheduled_steps": 1} if updates == "scheduled" else {}
+    model = tiny_gswgan(sanitizer={"noise_multiplier": 3.0, "draw": "per_sample"}, critic_updates=updates,
+                        critic_steps=critic_steps, pretrained_critics=str(tmp_path / "warm" / WARM_START), **schedule)
+    trained_copies, score_each, drawn = model.trained_copies, model.critics.score_each, []
 
-    def spy(indices, x, y):
-        t = len(drawn)  # the critics have taken the scheduled steps of steps 0..t (blocks of 2), no other
-        assert model.critics.steps.tolist() == [int(warm["steps"][i]) + sum((i - 2 * u) % 4 < 2 for u in range(t + 1))
-                                                for i in range(4)]
-        drawn.append(indices.clone())
-        return score_each(indices, x, y)
+    def kept_steps(i: int, t: int) -> int:  # scheduled steps critic i has kept by step t (blocks of 2, step 0..t)
+        return sum((i - 2 * u) % 4 < 2 for u in range(t + 1)) if updates == "scheduled" else 0
 
-    model.critics.score_each = spy
+    def copies_spy(critics):
+        t = len(drawn)
+        assert model.critics.steps.tolist() == [int(warm["steps"][i]) + kept_steps(i, t) for i in range(4)]
+        theta, loss = trained_copies(critics)
+        drawn.append((critics.clone(), theta))
+        return theta, loss
+
+    def score_spy(theta, x, y):  # row i: the trained copy of the critic sample i drew
+        critics, copies = drawn[-1]
+        rows = [[u for u in range(len(critics)) if all(torch.equal(theta[k][i], copies[k][u]) for k in theta)]
+                for i in range(len(x))]
+        assert all(len(r) == 1 for r in rows) and {r[0] for r in rows} == set(range(len(critics)))
+        return score_each(theta, x, y)
+
+    model.trained_copies, model.critics.score_each = copies_spy, score_spy
     event = {"kind": "replace_poisson_gaussian", "sample_rate": 0.25, "noise_multiplier": 3.0}
     fitting = max(k for k in range(1, 60) if epsilon_pld([(event, 8 * k)], 1e-5) <= 5.0)
     trainer = fit(model, 60, [PrivacyBudget(5.0, 1e-5, bound="sound", conversion="pld")], root=tmp_path / "run")
     assert trainer.global_step == fitting == len(drawn) and model.ledger.stop["discarded_steps"] == 0
-    assert all(d.shape == (8,) and 0 <= d.min() and d.max() < 4 for d in drawn)
-    assert len({tuple(d.tolist()) for d in drawn}) > 1 and any(len(set(d.tolist())) > 1 for d in drawn)
+    assert all(0 <= c.min() and c.max() < 4 for c, _ in drawn) and any(len(c) > 1 for c, _ in drawn)
+    after = model.critics.state_dict()
+    assert after["steps"].tolist() == [int(warm["steps"][i]) + kept_steps(i, fitting - 1) for i in range(4)]
+    if updates == "discarded":  # every critic is back at its warm start
+        assert all(torch.equal(after[k], warm[k]) for k in warm)
     report = json.loads((tmp_path / "run" / "privacy.json").read_text())
     entry = report["mechanisms"][MECHANISM["per_sample"]]
     assert entry["count"] == 8 * fitting and entry["pld_event"] == event
@@ -482,5 +518,12 @@ def test_per_sample_draws_score_each_sample_with_its_own_critic_and_count_each(t
     assert report["epsilon"] <= 5.0 < epsilon_pld([(event, 8 * (fitting + 1))], 1e-5)
     rdp = rdp_gswgan_step(4, 8, 3.0, GSWGAN_ORDERS, draw="per_sample")["sound"] * fitting
     assert report["total"]["sound"]["classical"]["epsilon"] == pytest.approx(eps_from_rdp(rdp, GSWGAN_ORDERS, 1e-5)[0])
-    with pytest.raises(ValueError, match="per_sample needs critic_updates=scheduled"):
-        tiny_gswgan(sanitizer={"draw": "per_sample"}, critic_updates="discarded")
+
+
+def test_per_sample_draws_refuse_kept_updates_and_idle_critics():
+    with pytest.raises(ValueError, match="per_sample needs critic_updates=discarded or scheduled"):
+        tiny_gswgan(sanitizer={"draw": "per_sample"}, critic_updates="kept")
+    with pytest.raises(ValueError, match="critic_steps must be >= 1"):
+        tiny_gswgan(sanitizer={"draw": "per_sample"}, critic_updates="discarded", critic_steps=0)
+    with pytest.raises(ValueError, match="critic_steps must be >= 1"):
+        tiny_gswgan(critic_steps=0)

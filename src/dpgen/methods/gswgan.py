@@ -49,8 +49,8 @@ class GSWGAN(PrivateGenerator):
     `scheduled_steps` steps (default `critic_steps`) that they keep (a public schedule, so the critics follow the
     generator without their states depending on the draws); the reference keeps the drawn critic's updates
     ("kept", which privacy.json flags). With sanitizer.draw="per_sample" (not in the paper) each sample's gradient
-    comes from a critic drawn for it alone, as the scheduled steps left it (no steps of its own), which makes the
-    paper's count of B subsampled events per step the sound one (docs/PRIVACY.md, GS-WGAN).
+    comes from a critic drawn for it alone, after `critic_steps` steps of a copy of it that are then discarded,
+    which makes the paper's count of B subsampled events per step the sound one (docs/PRIVACY.md, GS-WGAN).
 
     The released generator (`generator`: `net_ema`) is the base class's moving average of the trained `net_g`
     with `ema_decay` 0.999 (decay min(1 - 1/(t+1), 0.999), the reference's exp_mov_avg); 0 releases `net_g`."""
@@ -76,6 +76,12 @@ class GSWGAN(PrivateGenerator):
         if critic_updates not in CRITIC_UPDATES:
             raise ValueError(f"critic_updates must be one of {CRITIC_UPDATES}, got {critic_updates!r}")
         self.critic_updates = critic_updates
+        self.sanitizer = SanitizerParams(n_discriminators=self.n_discriminators, **(sanitizer or {}))
+        check_draw(self.sanitizer.draw, critic_updates)
+        if self.critic_steps < 0 or self.critic_steps == 0 and (self.sanitizer.draw, critic_updates) != (
+                "per_sample", "scheduled"):
+            raise ValueError(f"critic_steps must be >= 1 (0 only with sanitizer.draw=per_sample and "
+                             f"critic_updates=scheduled, where the schedule trains the critics), got {critic_steps}")
         if critic_updates != "scheduled" and (scheduled_critics != 1 or scheduled_steps is not None):
             raise ValueError("scheduled_critics and scheduled_steps need critic_updates=scheduled")
         if int(scheduled_critics) != scheduled_critics or not 1 <= scheduled_critics <= self.n_discriminators \
@@ -86,8 +92,6 @@ class GSWGAN(PrivateGenerator):
         self.scheduled_steps = self.critic_steps if scheduled_steps is None else int(scheduled_steps)
         if self.scheduled_steps < 1:
             raise ValueError(f"scheduled_steps must be >= 1, got {scheduled_steps}")
-        self.sanitizer = SanitizerParams(n_discriminators=self.n_discriminators, **(sanitizer or {}))
-        check_draw(self.sanitizer.draw, critic_updates)
         self.critics = CriticEnsemble(self.n_discriminators, self.shape, self.num_classes, lr=lr, betas=self.betas,
                                       seed=self.seed, **(critics or {}))
         self.pretrain_args = dict(pretrain or {})
@@ -127,10 +131,21 @@ class GSWGAN(PrivateGenerator):
     def shard_batch(self, s: int, e: int) -> tuple[torch.Tensor, torch.Tensor]:
         """`batch_size` records of each of the shards s..e-1 (`draw_batches`; an empty shard gives zeros with label
         0): x (e-s, b, *shape), y (e-s, b)."""
-        pick = draw_batches(self.shards[s:e], self.shard_sizes[s:e], self.batch_size,
-                            torch.rand(e - s, self.batch_size, generator=self.rng))
+        return self.shard_batch_of(torch.arange(s, e))
+
+    def shard_batch_of(self, critics: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """As `shard_batch`, for the shards of `critics` (k,)."""
+        pick = draw_batches(self.shards[critics], self.shard_sizes[critics], self.batch_size,
+                            torch.rand(len(critics), self.batch_size, generator=self.rng))
         x, y = TeacherRecords(self.trainer.datamodule.train_data)[pick]
         return x.to(self.device), y.to(self.device)
+
+    def fakes_for(self, real_y: torch.Tensor) -> torch.Tensor:
+        """A generator batch for each critic's labels (k, b): each critic's fakes carry its shard's private labels
+        and are a generator batch of their own, so BatchNorm's batch statistics mix no two shards; running
+        statistics are left as they were."""
+        with torch.no_grad(), running_stats_kept(self.net_g):
+            return torch.stack([self.net_g(self.latent(len(y)), y) for y in real_y])
 
     def on_fit_start(self) -> None:
         if bool(self.pretrained):
@@ -210,20 +225,33 @@ class GSWGAN(PrivateGenerator):
         generator; the last step's losses (e-s,)."""
         for _ in range(steps):
             real_x, real_y = self.shard_batch(s, e)
-            # each critic's fakes carry its shard's private labels and are a generator batch of their own, so
-            # BatchNorm's batch statistics mix no two shards; running statistics are left as they were
-            with torch.no_grad(), running_stats_kept(self.net_g):
-                fake_x = torch.stack([self.net_g(self.latent(len(y)), y) for y in real_y])
-            d_loss = self.critics.train_step(s, e, real_x, real_y, fake_x, self.rng)
+            d_loss = self.critics.train_step(s, e, real_x, real_y, self.fakes_for(real_y), self.rng)
         return d_loss
+
+    def trained_copies(self, critics: torch.Tensor) -> tuple[dict, torch.Tensor | None]:
+        """Copies of `critics` (k,) after `critic_steps` WGAN-GP steps each on batches of its own shard against the
+        current generator, as the drawn critic of a per_step draw takes them; the ensemble keeps its state, so the
+        steps are discarded after use. Returns the copies' stacked weights and their last losses (None: no steps)."""
+        theta, exp_avg, exp_avg_sq, steps = self.critics.copies(critics)
+        d_loss = None
+        for _ in range(self.critic_steps):
+            real_x, real_y = self.shard_batch_of(critics)
+            steps += 1
+            d_loss = self.critics.adam_step(theta, exp_avg, exp_avg_sq, steps, real_x, real_y, self.fakes_for(real_y),
+                                            self.rng)
+        return theta, d_loss
 
     def training_step(self, batch, batch_idx):
         if self.critic_updates == "scheduled":  # chosen by the step number alone, never by a draw
             s = self.global_step * self.scheduled_critics % self.n_discriminators
             d_loss = self.train_critics(s, s + self.scheduled_critics, self.scheduled_steps).mean()
-        if self.sanitizer.draw == "per_sample":  # each sample's critic drawn on its own; they take no steps here
+        if self.sanitizer.draw == "per_sample":  # each sample's critic drawn on its own, independently
             drawn = torch.randint(self.n_discriminators, (self.batch_size,), generator=self.rng)
-            fake, grads, score = self.critic_gradients(lambda probe, y: self.critics.score_each(drawn, probe, y))
+            critics, slot = drawn.unique(return_inverse=True)  # a critic drawn twice is trained once
+            theta, drawn_loss = self.trained_copies(critics)
+            d_loss = d_loss if drawn_loss is None else drawn_loss.mean()
+            fake, grads, score = self.critic_gradients(
+                lambda probe, y: self.critics.score_each({k: v[slot] for k, v in theta.items()}, probe, y))
         else:
             j = int(torch.randint(self.n_discriminators, (1,), generator=self.rng))  # the subsampling of the accounting
             before = self.critics.state_of(j) if self.critic_updates in SUBSAMPLED_UPDATES else None

@@ -115,11 +115,17 @@ class CriticEnsemble(nn.Module):
         """D_i(x, y) (b,), differentiable w.r.t. x only (the critic's weights are buffers)."""
         return self.critic({name: t[0] for name, t in self.stacked(self.params, i, i + 1).items()}, x, y)
 
-    def score_each(self, indices: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """D_{indices[i]}(x_i, y_i) for each sample i (b,), the critics' weights gathered and vmapped over the
-        samples; differentiable w.r.t. x only."""
-        theta = {name: t[indices.to(t.device)] for name, t in self.stacked(self.params, 0, self.n).items()}
+    def score_each(self, theta: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """D_i(x_i, y_i) for each sample i (b,), critic i's weights row i of the stacked `theta` (`copies`, indexed
+        by sample); differentiable w.r.t. x only."""
         return vmap(lambda th, xi, yi: self.critic(th, xi[None], yi[None])[0])(theta, x, y)
+
+    def copies(self, indices: torch.Tensor) -> tuple[dict, dict, dict, torch.Tensor]:
+        """Copies of critics `indices`: stacked weights, Adam moments and step counts, for `adam_step`; the
+        ensemble itself is left as it is."""
+        index = indices.to(self.steps.device)
+        return (*({name: t[index] for name, t in self.stacked(getattr(self, part), 0, self.n).items()}
+                  for part in ("params", "exp_avg", "exp_avg_sq")), self.steps[index].clone())
 
     def state_of(self, i: int) -> dict[str, torch.Tensor]:
         """A copy of critic i's weights, Adam moments and step count, for `restore`."""
@@ -147,12 +153,17 @@ class CriticEnsemble(nn.Module):
                    generator: torch.Generator | None = None) -> torch.Tensor:
         """One WGAN-GP Adam step of critics s..e-1; real_x, fake_x (e-s, b, *in_shape), real_y (e-s, b) (the fakes
         carry the real labels, as in the reference). Returns the losses (e-s,)."""
-        alpha = torch.rand(real_x.shape[:2] + (1,) * len(self.in_shape), generator=generator, dtype=real_x.dtype)
-        theta = self.stacked(self.params, s, e)
-        grads, losses = vmap(torch.func.grad_and_value(self.loss))(theta, real_x, real_y, fake_x, alpha.to(real_x))
         self.steps[s:e] += 1
-        adam_update(theta, grads, self.stacked(self.exp_avg, s, e), self.stacked(self.exp_avg_sq, s, e),
-                    self.steps[s:e], self.lr, self.betas)
+        return self.adam_step(self.stacked(self.params, s, e), self.stacked(self.exp_avg, s, e),
+                              self.stacked(self.exp_avg_sq, s, e), self.steps[s:e], real_x, real_y, fake_x, generator)
+
+    def adam_step(self, theta: dict, exp_avg: dict, exp_avg_sq: dict, steps: torch.Tensor, real_x: torch.Tensor,
+                  real_y: torch.Tensor, fake_x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """One WGAN-GP Adam step of the stacked critics `theta` with their moments, in place; `steps` (n,) already
+        counts this step. Returns the losses (n,)."""
+        alpha = torch.rand(real_x.shape[:2] + (1,) * len(self.in_shape), generator=generator, dtype=real_x.dtype)
+        grads, losses = vmap(torch.func.grad_and_value(self.loss))(theta, real_x, real_y, fake_x, alpha.to(real_x))
+        adam_update(theta, grads, exp_avg, exp_avg_sq, steps, self.lr, self.betas)
         return losses.detach()
 
     def pretrain(self, sample_real, steps: int = 2000, critic_steps: int = 5, z_dim: int = 10,

@@ -75,13 +75,13 @@ DRAWS = ("per_step", "per_sample")
 
 
 def check_draw(draw: str, critic_updates: str | None = None) -> None:
-    """`draw` is one of DRAWS; per_sample needs critic_updates="scheduled" (when given): the drawn critics take no
-    steps of their own, so only the schedule trains the critics."""
+    """`draw` is one of DRAWS; per_sample needs critic_updates "discarded" or "scheduled" (when given): the drawn
+    critics' steps are never kept."""
     if draw not in DRAWS:
         raise ValueError(f"draw must be one of {DRAWS}, got {draw!r}")
-    if draw == "per_sample" and critic_updates not in (None, "scheduled"):
-        raise ValueError("sanitizer.draw=per_sample needs critic_updates=scheduled: the drawn critics take no "
-                         "steps of their own, so only the schedule trains the critics")
+    if draw == "per_sample" and critic_updates not in (None, "discarded", "scheduled"):
+        raise ValueError("sanitizer.draw=per_sample needs critic_updates=discarded or scheduled: the drawn critics' "
+                         "steps are never kept")
 
 
 def rdp_gswgan_step(n_discriminators: int, batch_size: int, noise_multiplier: float, orders,
