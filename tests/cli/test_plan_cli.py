@@ -234,6 +234,7 @@ def test_gswgan_with_per_sample_draws_plans_b_one_sample_events_per_step():
     result = main(overrides)  # 100 critics, B = 32
     event = {"kind": "replace_poisson_gaussian", "sample_rate": 0.01, "noise_multiplier": 3.0}
     assert result["draw"] == "per_sample" and result["governing"] == "sound"
+    assert result["mechanism"] == "gswgan_sanitizer_per_sample"  # the name the run's ledger records
     assert_largest(lambda g: pld.epsilon_pld([(event, 32 * g)], 1e-5), result["sound_steps"], 10.0)
     assert 2500 < result["sound_steps"] == result["worst_case_steps"] < 3500  # docs/RESULTS.md: about 3,000 at 3.11
     classical = main([*overrides, "privacy.conversion=classical"])

@@ -26,6 +26,7 @@ from dpgen.privacy.gaussian import gaussian_sigma
 from dpgen.privacy.gswgan import BOUND_ALIASES as GSWGAN_ALIASES
 from dpgen.privacy.gswgan import BOUNDS as GSWGAN_BOUNDS
 from dpgen.privacy.gswgan import PLD_BOUNDS as GSWGAN_PLD_BOUNDS
+from dpgen.privacy.gswgan import MECHANISM as GSWGAN_MECHANISM
 from dpgen.privacy.gswgan import SUBSAMPLED_UPDATES, check_draw
 from dpgen.privacy.ledger import STANDARD_BOUNDS, conversion_for
 from dpgen.privacy.plan import MAX_STEPS
@@ -128,7 +129,7 @@ def plan_gswgan(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
     check_draw(sanitizer.draw, module.critic_updates)
     cost = sanitizer.step_cost(module.batch_size, pld=subsampled)
     conversions = {bound: conversion_for(p.conversion, bound in GSWGAN_PLD_BOUNDS) for bound in GSWGAN_BOUNDS}
-    return cost, {"mechanism": "gswgan_sanitizer", "n_discriminators": module.n_discriminators,
+    return cost, {"mechanism": GSWGAN_MECHANISM[sanitizer.draw], "n_discriminators": module.n_discriminators,
                   "batch_size": module.batch_size, "noise_multiplier": sanitizer.noise_multiplier, "clip": sanitizer.clip,
                   "critic_updates": module.critic_updates, "draw": sanitizer.draw,
                   **{f"{bound}_steps": cost.steps(p.epsilon, p.delta, bound, conversions[bound]) for bound in GSWGAN_BOUNDS},

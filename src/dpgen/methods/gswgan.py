@@ -25,14 +25,12 @@ from dpgen.data.partition import TeacherRecords, draw_batches, padded_table, par
 from dpgen.files import atomic_write
 from dpgen.methods.base import PrivateGenerator, running_stats_kept
 from dpgen.nn.critic import CriticEnsemble
-from dpgen.privacy.gswgan import (BOUND_ALIASES, CRITIC_UPDATES, GSWGAN_ORDERS, PLD_BOUNDS, SUBSAMPLED_UPDATES,
-                                  check_draw)
+from dpgen.privacy.gswgan import (BOUND_ALIASES, CRITIC_UPDATES, GSWGAN_ORDERS, MECHANISM, PLD_BOUNDS,
+                                  SUBSAMPLED_UPDATES, check_draw)
 from dpgen.privacy.ledger import PrivacyLedger
 
 log = logging.getLogger(__name__)
 
-# the ledger's mechanism per draw; per_sample counts sanitized samples, each its own draw
-MECHANISM = {"per_step": "gswgan_sanitizer", "per_sample": "gswgan_sanitizer_per_sample"}
 KEPT_CAVEAT = ("critic_updates=kept (the GS-WGAN paper's loop): the drawn critic keeps its updates, so a critic's state "
                "depends on which critics earlier steps drew, which stays secret; the accounting composes each step as "
                "a fresh draw of one critic and assumes it does not. This epsilon follows the paper's argument; it is "

@@ -72,6 +72,8 @@ def check_batch_size(batch_size: int) -> None:
 # How the critics whose gradients a step sanitizes are drawn: "per_step", one for the whole batch (the paper);
 # "per_sample", one for each sample, independently (docs/PRIVACY.md, GS-WGAN)
 DRAWS = ("per_step", "per_sample")
+# the ledger's mechanism per draw; per_sample counts sanitized samples, each its own draw
+MECHANISM = {"per_step": "gswgan_sanitizer", "per_sample": "gswgan_sanitizer_per_sample"}
 
 
 def check_draw(draw: str, critic_updates: str | None = None) -> None:
