@@ -7,7 +7,8 @@ RUNS_FILE: one run per line, `name override override ...`; blank lines and lines
 Each run writes to OUT_DIR/<name> (its log to OUT_DIR/<name>.log); OUT_DIR/summary.json holds each run's command,
 exit status, wall time and headline metrics (downstream accuracy under each protocol, IS, FID, epsilon).
 Started again on the same OUT_DIR (e.g. after a cut-off), it skips the runs that finished (their metrics.json is
-there) and resumes those that left a checkpoint (`resume=OUT_DIR/<name>/checkpoints/last.ckpt`, the log appended)."""
+there) and resumes those that left a checkpoint (`resume=OUT_DIR/<name>/checkpoints/last.ckpt`, the log appended).
+A second runner may share OUT_DIR if its runs file names other runs (to use a core the first leaves idle)."""
 from __future__ import annotations
 
 import argparse
@@ -60,6 +61,13 @@ def headline(run_dir: Path) -> dict:
             "wall_time_s": m.get("wall_time_s")}
 
 
+def record(summary: Path, name: str, line: dict) -> None:
+    """Adds (or replaces) `name`'s line in summary.json, read again first: another runner, on a runs file of other
+    names, may share the folder and have written its own lines since."""
+    done = json.loads(summary.read_text()) if summary.is_file() else {}
+    summary.write_text(json.dumps({**done, name: line}, indent=2) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", type=Path)
@@ -71,7 +79,6 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONUNBUFFERED": "1"}
     summary = args.out / "summary.json"
-    done = json.loads(summary.read_text()) if summary.is_file() else {}
     runs = read_runs(args.runs)
     pending, running = pending_runs(runs, args.out), []
     for name in sorted({n for n, _ in runs} - {n for n, _ in pending}):
@@ -90,10 +97,10 @@ def main() -> None:
             running.remove(item)
             name, command, start, log, proc = item
             log.close()
-            done[name] = {"command": " ".join(["python", "train.py", *command[2:]]), "returncode": proc.returncode,
-                          "seconds": round(time.time() - start, 1), **headline(args.out / name)}
-            print(f"done {name}: {json.dumps(done[name])}", flush=True)
-            summary.write_text(json.dumps(done, indent=2) + "\n")
+            line = {"command": " ".join(["python", "train.py", *command[2:]]), "returncode": proc.returncode,
+                    "seconds": round(time.time() - start, 1), **headline(args.out / name)}
+            print(f"done {name}: {json.dumps(line)}", flush=True)
+            record(summary, name, line)
 
 
 if __name__ == "__main__":

@@ -45,3 +45,12 @@ def test_a_second_start_skips_finished_runs_and_resumes_checkpointed_ones(tmp_pa
     assert parallel_runs.pending_runs(runs, tmp_path) == [
         ("cut", ["method=dpgan", "data=mnist", f"resume={tmp_path / 'cut' / 'checkpoints' / 'last.ckpt'}"]),
         ("fresh", ["method=dpcgan"])]
+
+
+def test_a_run_s_line_joins_the_lines_another_runner_wrote_in_the_meantime(tmp_path):
+    summary = tmp_path / "summary.json"
+    parallel_runs.record(summary, "a", {"returncode": 0})
+    summary.write_text(json.dumps({**json.loads(summary.read_text()), "b": {"returncode": 1}}))  # the other runner
+    parallel_runs.record(summary, "c", {"returncode": 0})
+    parallel_runs.record(summary, "a", {"returncode": 2})
+    assert json.loads(summary.read_text()) == {"a": {"returncode": 2}, "b": {"returncode": 1}, "c": {"returncode": 0}}
