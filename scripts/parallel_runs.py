@@ -12,12 +12,15 @@ A second runner may share OUT_DIR if its runs file names other runs (to use a co
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from dpgen.files import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,9 +66,13 @@ def headline(run_dir: Path) -> dict:
 
 def record(summary: Path, name: str, line: dict) -> None:
     """Adds (or replaces) `name`'s line in summary.json, read again first: another runner, on a runs file of other
-    names, may share the folder and have written its own lines since."""
-    done = json.loads(summary.read_text()) if summary.is_file() else {}
-    summary.write_text(json.dumps({**done, name: line}, indent=2) + "\n")
+    names, may share the folder and have written its own lines since. The read and the write hold a lock beside the
+    file, so two runners finishing at once keep both lines, and the write replaces the file whole (a kill leaves
+    the previous one)."""
+    with open(summary.with_name(summary.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = json.loads(summary.read_text()) if summary.is_file() else {}
+        atomic_write_text(summary, json.dumps({**done, name: line}, indent=2) + "\n")
 
 
 def main() -> None:
