@@ -271,11 +271,11 @@ def test_a_warm_start_cut_off_goes_on_where_it_stopped_in_the_same_folder(tmp_pa
     with pytest.raises(ValueError, match="other settings"):  # 4 steps would not be the warm start that was begun
         fit(tiny_gswgan(pretrain={**pretrain, "steps": 4}), 1, root=tmp_path)
     model, drawn = tiny_gswgan(pretrain=pretrain), []
-    shard_batch = model.shard_batch
-    model.shard_batch = lambda s, e: drawn.append(e - s) or shard_batch(s, e)
+    shard_batch_of = model.shard_batch_of
+    model.shard_batch_of = lambda critics: drawn.append(len(critics)) or shard_batch_of(critics)
     fit(model, 1, root=tmp_path)
     # the third warm-up step only (2 critic steps of the 4 critics), then 1 main step: 2 steps of critic 0 (the
-    # step's scheduled critic, kept) and 2 of the drawn critic (undone)
+    # step's scheduled critic, kept) and 2 of a copy of the drawn critic (thrown away)
     assert drawn == [4, 4, 1, 1, 1, 1]
     assert torch.equal(model.critics.steps, torch.tensor([8, 6, 6, 6]))
     assert (tmp_path / WARM_START).is_file() and not (tmp_path / PARTIAL).exists()
@@ -335,7 +335,7 @@ def test_private_labels_do_not_reach_the_released_generator_through_batch_norm(m
     and its BatchNorm running statistics, which sampling in eval mode uses) must not depend on them. Critics
     frozen (one critic, so the changed record is in every critic step), so the sanitized gradients are equal on
     both data sets."""
-    monkeypatch.setattr(CriticEnsemble, "train_step", lambda self, *a, **k: torch.zeros(1))
+    monkeypatch.setattr(CriticEnsemble, "adam_step", lambda self, *a, **k: torch.zeros(1))  # every critic step
     released = on_neighbours(monkeypatch, tmp_path, 3, lambda model: model.generator.state_dict(), n_discriminators=1)
     for key, value in released[0].items():
         assert torch.equal(value, released[1][key]), key
@@ -343,16 +343,18 @@ def test_private_labels_do_not_reach_the_released_generator_through_batch_norm(m
 
 @pytest.mark.parametrize("updates,m,k", [("discarded", 1, 2), ("scheduled", 1, 2), ("scheduled", 2, 1), ("kept", 1, 2)])
 def test_the_drawn_critic_is_trained_before_its_gradient_and_then_reset_or_kept(updates, m, k, tmp_path):
-    """discarded: every critic is back at its warm start after each step, so no state depends on earlier draws
-    (the accounting's premise); scheduled: only the m critics (t m .. t m + m - 1) mod N_D of step t keep updates,
-    whatever was drawn, k steps each (the drawn critic takes 2); kept: the drawn critics carry their updates, and
-    privacy.json says the bound is then the paper's argument, not a proof."""
+    """discarded: a copy of the drawn critic takes its 2 steps and gives every sample's gradient, and every critic
+    is back at its warm start after each step, so no state depends on earlier draws (the accounting's premise);
+    scheduled: only the m critics (t m .. t m + m - 1) mod N_D of step t keep updates, whatever was drawn, k steps
+    each; kept: the drawn critic itself takes the 2 steps and carries them, and privacy.json says the bound is
+    then the paper's argument, not a proof."""
     fit(tiny_gswgan(), 1, root=tmp_path / "warm")
     warm = torch.load(tmp_path / "warm" / WARM_START)["critics"]
     schedule = {"scheduled_critics": m, "scheduled_steps": k} if updates == "scheduled" else {}
     model, drawn = tiny_gswgan(critic_updates=updates, pretrained_critics=str(tmp_path / "warm" / WARM_START),
                                **schedule), []
-    score = model.critics.score
+    score, score_copies, trained_copies = model.critics.score, model.score_copies, model.trained_copies
+    adam_step = model.critics.adam_step
 
     def scheduled(t: int, i: int) -> bool:  # critic i is in step t's block: critics t m .. t m + m - 1 mod 4
         return updates == "scheduled" and (i - t * m) % 4 < m
@@ -362,14 +364,30 @@ def test_the_drawn_critic_is_trained_before_its_gradient_and_then_reset_or_kept(
             return k * sum(scheduled(t, i) for t in range(steps))
         return 2 * (updates == "kept") * drawn[:steps].count(i)
 
-    def spy(i, x, y):  # the gradient comes from critic i after this step's 2 critic steps
+    def at_draw(t: int, i: int) -> int:  # critic i's steps when step t draws (its scheduled update comes first)
+        return warm["steps"][i] + kept(i, t) + k * scheduled(t, i)
+
+    def score_spy(i, x, y):  # kept: the gradient comes from critic i itself after this step's 2 critic steps
         t = len(drawn)
         drawn.append(i)
-        scheduled_now = scheduled(t, i)  # step t's scheduled update comes before its draw
-        assert model.critics.steps[i] == warm["steps"][i] + 2 + kept(i, t) + k * scheduled_now
+        assert model.critics.steps[i] == at_draw(t, i) + 2
         return score(i, x, y)
 
-    model.critics.score = spy
+    def copies_spy(critics):  # discarded, scheduled: from a copy of the one drawn critic after its 2 steps
+        t, (i,) = len(drawn), critics.tolist()
+        drawn.append(i)
+        taken = []
+        model.critics.adam_step = lambda *args: taken.append(len(args[3])) or adam_step(*args)  # args[3]: the copies' step counts
+        theta, loss = trained_copies(critics)
+        model.critics.adam_step = adam_step
+        assert taken == [1, 1] and model.critics.steps[i] == at_draw(t, i)  # the ensemble's critic i is untouched
+        return theta, loss
+
+    def score_copies_spy(theta, slot, x, y):  # one draw for all: every sample is scored by the one copy
+        assert all(len(v) == 1 for v in theta.values()) and slot.tolist() == [0] * len(x)
+        return score_copies(theta, slot, x, y)
+
+    model.critics.score, model.trained_copies, model.score_copies = score_spy, copies_spy, score_copies_spy
     fit(model, 5, [PrivacyBudget(1e6, 1e-5)], root=tmp_path / "run")
     assert len(drawn) == 5
     after = model.critics.state_dict()

@@ -42,13 +42,14 @@ class GSWGAN(PrivateGenerator):
     """Per Lightning step (reference source/main.py): draw critic j uniformly; `critic_steps` WGAN-GP steps of
     critic j on batches of its shard against the current generator; then one generator step whose only
     gradient is the sanitized d(-D_j(G(z, y)))/d G(z, y) of each of the `batch_size` samples; then the EMA. With
-    critic_updates="discarded" critic j then goes back to its warm-start state; "scheduled" (the default) does the
-    same and, before the draw, gives the `scheduled_critics` critics (t m .. t m + m - 1) mod N_D of step t
-    `scheduled_steps` steps (default `critic_steps`) that they keep (a public schedule, so the critics follow the
-    generator without their states depending on the draws); the reference keeps the drawn critic's updates
-    ("kept", which privacy.json flags). With sanitizer.draw="per_sample" (not in the paper) each sample's gradient
-    comes from a critic drawn for it alone, after `critic_steps` steps of a copy of it that are then discarded,
-    which makes the paper's count of B subsampled events per step the sound one (docs/PRIVACY.md, GS-WGAN).
+    critic_updates="discarded" a copy of critic j takes those steps and is thrown away after its gradients, so
+    every critic stays at its warm start; "scheduled" (the default) does the same and, before the draw, gives the
+    `scheduled_critics` critics (t m .. t m + m - 1) mod N_D of step t `scheduled_steps` steps (default
+    `critic_steps`) that they keep (a public schedule, so the critics follow the generator without their states
+    depending on the draws); the reference keeps the drawn critic's updates ("kept", which privacy.json flags).
+    With sanitizer.draw="per_sample" (not in the paper) each sample's gradient comes from a critic drawn for it
+    alone, the same way through a thrown-away copy, which makes the paper's count of B subsampled events per step
+    the sound one (docs/PRIVACY.md, GS-WGAN).
 
     The released generator (`generator`: `net_ema`) is the base class's moving average of the trained `net_g`
     with `ema_decay` 0.999 (decay min(1 - 1/(t+1), 0.999), the reference's exp_mov_avg); 0 releases `net_g`."""
@@ -226,10 +227,17 @@ class GSWGAN(PrivateGenerator):
             d_loss = self.critics.train_step(s, e, real_x, real_y, self.fakes_for(real_y), self.rng)
         return d_loss
 
+    def draw_critics(self) -> torch.Tensor:
+        """The critic of each of the `batch_size` samples (b,), the subsampling of the accounting: one drawn for all
+        (per_step), or one drawn for each sample independently (per_sample)."""
+        if self.sanitizer.draw == "per_sample":
+            return torch.randint(self.n_discriminators, (self.batch_size,), generator=self.rng)
+        return torch.randint(self.n_discriminators, (1,), generator=self.rng).expand(self.batch_size)
+
     def trained_copies(self, critics: torch.Tensor) -> tuple[dict, torch.Tensor | None]:
         """Copies of `critics` (k,) after `critic_steps` WGAN-GP steps each on batches of its own shard against the
-        current generator, as the drawn critic of a per_step draw takes them; the ensemble keeps its state, so the
-        steps are discarded after use. Returns the copies' stacked weights and their last losses (None: no steps)."""
+        current generator; the ensemble keeps its state, so the steps are discarded after use. Returns the copies'
+        stacked weights and their last losses (None: no steps)."""
         theta, exp_avg, exp_avg_sq, steps = self.critics.copies(critics)
         d_loss = None
         for _ in range(self.critic_steps):
@@ -239,24 +247,25 @@ class GSWGAN(PrivateGenerator):
                                             self.rng)
         return theta, d_loss
 
+    def score_copies(self, theta: dict, slot: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """D(x_i, y_i) (b,) under copy `slot[i]` of the stacked `theta`; one copy (per_step) scores the batch at once."""
+        if len(slot.unique()) == 1:
+            return self.critics.critic({k: v[slot[0]] for k, v in theta.items()}, x, y)
+        return self.critics.score_each({k: v[slot] for k, v in theta.items()}, x, y)
+
     def training_step(self, batch, batch_idx):
         if self.critic_updates == "scheduled":  # chosen by the step number alone, never by a draw
             s = self.global_step * self.scheduled_critics % self.n_discriminators
             d_loss = self.train_critics(s, s + self.scheduled_critics, self.scheduled_steps).mean()
-        if self.sanitizer.draw == "per_sample":  # each sample's critic drawn on its own, independently
-            drawn = torch.randint(self.n_discriminators, (self.batch_size,), generator=self.rng)
-            critics, slot = drawn.unique(return_inverse=True)  # a critic drawn twice is trained once
-            theta, drawn_loss = self.trained_copies(critics)
-            d_loss = d_loss if drawn_loss is None else drawn_loss.mean()
-            fake, grads, score = self.critic_gradients(
-                lambda probe, y: self.critics.score_each({k: v[slot] for k, v in theta.items()}, probe, y))
-        else:
+        if self.critic_updates == "kept":  # the paper's loop: the drawn critic keeps its steps
             j = int(torch.randint(self.n_discriminators, (1,), generator=self.rng))  # the subsampling of the accounting
-            before = self.critics.state_of(j) if self.critic_updates in SUBSAMPLED_UPDATES else None
             d_loss = self.train_critics(j, j + 1, self.critic_steps)[0]
             fake, grads, score = self.critic_gradients(lambda probe, y: self.critics.score(j, probe, y))
-            if before is not None:
-                self.critics.restore(j, before)
+        else:  # copies of the drawn critics take the steps and are thrown away: no state depends on a draw
+            critics, slot = self.draw_critics().unique(return_inverse=True)  # a critic drawn twice is trained once
+            theta, drawn_loss = self.trained_copies(critics)
+            d_loss = d_loss if drawn_loss is None else drawn_loss.mean()
+            fake, grads, score = self.critic_gradients(lambda probe, y: self.score_copies(theta, slot, probe, y))
         private, rdp = sanitize(grads, self.sanitizer, self.orders, self.rng)
         event, count = self.sanitizer.pld_events(self.batch_size)
         self.ledger.record(MECHANISM[self.sanitizer.draw], rdp, count=count, event=event if self.pld_ready else None,

@@ -127,19 +127,6 @@ class CriticEnsemble(nn.Module):
         return (*({name: t[index] for name, t in self.stacked(getattr(self, part), 0, self.n).items()}
                   for part in ("params", "exp_avg", "exp_avg_sq")), self.steps[index].clone())
 
-    def state_of(self, i: int) -> dict[str, torch.Tensor]:
-        """A copy of critic i's weights, Adam moments and step count, for `restore`."""
-        state = {f"{part}.{name}": t[0].clone() for part in ("params", "exp_avg", "exp_avg_sq")
-                 for name, t in self.stacked(getattr(self, part), i, i + 1).items()}
-        return {**state, "steps": self.steps[i].clone()}
-
-    def restore(self, i: int, state: dict[str, torch.Tensor]) -> None:
-        """Critic i as `state_of(i)` copied it."""
-        for part in ("params", "exp_avg", "exp_avg_sq"):
-            for name, t in self.stacked(getattr(self, part), i, i + 1).items():
-                t[0].copy_(state[f"{part}.{name}"])
-        self.steps[i] = state["steps"]
-
     def loss(self, theta, real_x, real_y, fake_x, alpha):
         """WGAN-GP critic loss of one critic: D(fake) - D(real) + gp (|grad D(interpolate)| - 1)^2 + drift D(real)^2."""
         d_real, d_fake = self.critic(theta, real_x, real_y), self.critic(theta, fake_x, real_y)

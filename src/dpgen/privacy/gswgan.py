@@ -100,9 +100,10 @@ def rdp_gswgan_step(n_discriminators: int, batch_size: int, noise_multiplier: fl
     }
 
 
-# What becomes of the critics' updates (docs/PRIVACY.md, GS-WGAN): "discarded", the drawn critic goes back to its
-# warm-start state after its step; "scheduled", in addition critic (step mod N_D) keeps the updates of its own steps,
-# a public schedule that does not depend on the draws; "kept", the paper's loop, the drawn critic keeps its updates.
+# What becomes of the critics' updates (docs/PRIVACY.md, GS-WGAN): "discarded", a thrown-away copy of the drawn
+# critic takes its steps, so every critic stays at its warm start; "scheduled", in addition critic (step mod N_D)
+# keeps the updates of its own steps, a public schedule that does not depend on the draws; "kept", the paper's
+# loop, the drawn critic keeps its updates.
 CRITIC_UPDATES = ("discarded", "scheduled", "kept")
 # Those under which no critic's state depends on earlier draws, so each step is the subsampled mechanism
 SUBSAMPLED_UPDATES = ("discarded", "scheduled")
