@@ -249,8 +249,8 @@ class GSWGAN(PrivateGenerator):
 
     def score_copies(self, theta: dict, slot: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """D(x_i, y_i) (b,) under copy `slot[i]` of the stacked `theta`; one copy (per_step) scores the batch at once."""
-        if len(slot.unique()) == 1:
-            return self.critics.critic({k: v[slot[0]] for k, v in theta.items()}, x, y)
+        if len(next(iter(theta.values()))) == 1:  # the copies are the distinct drawn critics, `unique` already
+            return self.critics.critic({k: v[0] for k, v in theta.items()}, x, y)
         return self.critics.score_each({k: v[slot] for k, v in theta.items()}, x, y)
 
     def training_step(self, batch, batch_idx):
