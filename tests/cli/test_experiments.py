@@ -28,7 +28,7 @@ ABLATIONS = {"proj5": ("method.module.aggregator.proj_dim", 5), "proj20": ("meth
 CELLS |= {f"gpate_{d}_ablation_{a}" for d in ("mnist", "fashion_mnist") for a in ABLATIONS}
 # baseline configurations that differ from the method's default: the G-PATE paper's, or a kept cell's
 BASELINE_CELLS = {"dpgan_gpate_appendix", "dpgan_b1024", "dpcgan_b1024", "gswgan_paper", "gswgan_per_sample",
-                  "pate_triplegan_paper", "pate_triplegan_eps1"}
+                  "gswgan_per_step", "pate_triplegan_paper", "pate_triplegan_eps1"}
 
 
 def composed_config(*overrides: str) -> dict:
@@ -169,23 +169,46 @@ def test_dpgan_gpate_appendix_is_the_appendix_e_configuration_and_differs_from_t
     assert (default["objective"], default["critic_steps"], default["fake_term"]) == ("bce", 1, "clipped")
 
 
-def test_gswgan_default_is_the_kept_control_with_privacy_on():
-    """GS-WGAN's default is the configuration whose noise-free control is kept at 85.5%, with privacy on,
-    eps = 10 and the noise that affords its 4,000 steps; it pretrains its own warm start."""
+def test_gswgan_default_is_the_kept_per_sample_eps10_run_and_its_control():
+    """GS-WGAN's default is the configuration of the kept MNIST eps = 10 run with one critic drawn for each sample
+    and a fresh critic step (500 critics at noise 0.77), whose noise-free control, the same configuration with
+    privacy off, is kept at 85.6%; it pretrains its own warm start."""
     cfg = composed_config("method=gswgan")
+    assert (cfg["data"]["name"], cfg["privacy"]["epsilon"], cfg["method"]["private"]) == ("mnist", 10.0, True)
+    assert cfg["method"]["module"]["pretrained_critics"] is None
+    # the kept runs reused or wrote a warm start of their own; their files leave these unresolved
+    unresolved = {"m.module.pretrained_critics", "m.module.seed", "m.module.batch_size"}
+    assert_method_is_kept(cfg, "gswgan_mnist_eps10_per_sample_nd500_fresh1", unresolved)
+    changed = {"m.private", "m.max_steps", "m.module.sanitizer.noise_multiplier"}  # the control's privacy off
+    assert_method_is_kept(cfg, "gswgan_mnist_control_per_sample_nd500_fresh1", unresolved | changed)
+    control = flat(kept_config("gswgan_mnist_control_per_sample_nd500_fresh1")["method"], "m.")
+    assert (control["m.private"], control["m.module.sanitizer.noise_multiplier"]) == (False, 0.001)
+    model = instantiate(cfg["method"]["module"], shape=IMAGES["mnist"], num_classes=10, kind="image",
+                        _convert_="all")
+    assert (model.n_discriminators, model.scheduled_critics, model.critic_steps) == (500, 50, 1)
+    assert model.sanitizer.draw == "per_sample"
+
+
+def test_gswgan_per_step_is_the_kept_control_with_privacy_on():
+    """experiment=gswgan_per_step (the default until 2026-12-01) is the one-draw-per-step configuration whose
+    noise-free control is kept at 85.5%, with privacy on, eps = 10 and the noise that affords its 4,000 steps, and
+    the configuration of the kept run of it with privacy on."""
+    cfg = composed("gswgan_per_step")
     control = kept_config("gswgan_mnist_control_nd100_m10_lr3e-4")
     assert (cfg["data"]["name"], cfg["privacy"]["epsilon"], cfg["method"]["private"]) == ("mnist", 10.0, True)
     assert cfg["method"]["module"]["sanitizer"]["noise_multiplier"] == 4.4
-    assert cfg["method"]["module"]["pretrained_critics"] is None
     changed = {f"m.{k}" for k in ("private", "epsilon", "module.sanitizer.noise_multiplier",
                                   "module.pretrained_critics", "module.batch_size", "module.seed")}
     got, kept = flat(cfg["method"], "m."), flat(control["method"], "m.")  # batch_size, seed: interpolations there
     assert got.pop("m.module.sanitizer.draw") == "per_step"  # an option added since; its default is that run's loop
     assert {k for k in got if k not in changed} == {k for k in kept if k not in changed}
     assert {k: got[k] for k in got if k not in changed} == {k: kept[k] for k in kept if k not in changed}
+    # the kept run of it with privacy on (made while it was the default, before the draw option existed)
+    assert_method_is_kept(cfg, "gswgan_mnist_eps10_default",
+                          {"m.module.sanitizer.draw", "m.module.seed", "m.module.batch_size"})
     model = instantiate(cfg["method"]["module"], shape=IMAGES["mnist"], num_classes=10, kind="image",
                         _convert_="all")
-    assert (model.n_discriminators, model.scheduled_critics, model.lr) == (100, 10, 3e-4)
+    assert (model.n_discriminators, model.scheduled_critics, model.lr, model.critic_steps) == (100, 10, 3e-4, 5)
 
 
 def test_gswgan_paper_is_the_reference_configuration():
@@ -239,15 +262,13 @@ def test_pate_triplegan_eps1_is_the_kept_mnist_eps1_run():
 def test_gswgan_per_sample_is_the_kept_mnist_eps10_run():
     """experiment=gswgan_per_sample composes the configuration of the table's MNIST eps = 10 cell (500 critics, one
     drawn for each sample at noise 0.77, 50 scheduled, no steps of the drawn critics, 20 warm-up iterations), and
-    differs from the method's default only in those settings."""
+    differs from the method's default only in the drawn critics' steps (0, against 1)."""
     cfg = composed("gswgan_per_sample", "data=mnist")
     # the kept run reused its control's warm start (a path of its own); its file leaves these unresolved
     assert_method_is_kept(cfg, "gswgan_mnist_eps10_per_sample_nd500",
                           {"m.module.pretrained_critics", "m.module.seed", "m.module.batch_size"})
     got, default = flat(cfg["method"], "m."), flat(composed_config("method=gswgan")["method"], "m.")
-    assert {k for k in got if got[k] != default[k]} == {
-        "m.module.n_discriminators", "m.module.scheduled_critics", "m.module.critic_steps",
-        "m.module.sanitizer.noise_multiplier", "m.module.sanitizer.draw", "m.module.pretrain.steps"}
+    assert {k for k in got if got[k] != default[k]} == {"m.module.critic_steps"}
     model = instantiate(cfg["method"]["module"], shape=IMAGES["mnist"], num_classes=10, kind="image", _convert_="all")
     assert (model.n_discriminators, model.sanitizer.draw, model.critic_steps) == (500, "per_sample", 0)
 

@@ -229,9 +229,9 @@ def test_gswgan_plans_both_bounds_and_the_governing_one():
 def test_gswgan_with_per_sample_draws_plans_b_one_sample_events_per_step():
     """sanitizer.draw=per_sample: B independent draws per step, each a subsampled Gaussian at sigma (one sample's
     sensitivity), so the paper's count and the sound one agree; the PLD composes B T one-sample events."""
-    overrides = ["method=gswgan", "method.module.sanitizer.draw=per_sample",
+    overrides = ["method=gswgan", "method.module.sanitizer.draw=per_sample", "method.module.n_discriminators=100",
                  "method.module.sanitizer.noise_multiplier=3", *MNIST]
-    result = main(overrides)  # 100 critics, B = 32
+    result = main(overrides)  # B = 32
     event = {"kind": "replace_poisson_gaussian", "sample_rate": 0.01, "noise_multiplier": 3.0}
     assert result["draw"] == "per_sample" and result["governing"] == "sound"
     assert result["mechanism"] == "gswgan_sanitizer_per_sample"  # the name the run's ledger records
