@@ -8,6 +8,11 @@ on it, with the configured chunk and with chunks of 200 critics (the GPU's matmu
 
     python -m benchmarks gswgan [--quick]    # --quick: fewer repeats
 
+Then, for the default configuration (`python train.py method=gswgan`), one generator step's two rounds of critic
+steps (the scheduled block, and the copies of the at most B critics drawn): the seconds spent making their fakes
+with `critic_fakes=own` (a generator batch per critic, the reference) and `critic_fakes=pool` (one batch of B per
+class per round), beside the seconds of the round's WGAN-GP step itself.
+
 Work: counted by torch's flop formulas (benchmarks/rates.py flop_count) over one critic's loss and gradients
 computed alone (the forward, the input gradient of the gradient penalty, the backward through it; Adam left out):
 the useful work, against which the rate is given. (torch's formulas applied to the kernels vmap runs count far more
@@ -18,6 +23,7 @@ from __future__ import annotations
 import os
 
 import torch
+from hydra.utils import instantiate
 
 from benchmarks.rates import GIGA, best_seconds, flop_count, matmul_gflops, train_config
 from dpgen.nn.critic import CriticEnsemble
@@ -76,3 +82,28 @@ def main(quick: bool = False) -> None:
                       f"{pre.critic_steps}: {total / 3600:.1f} h |", flush=True)
                 del ensemble, step
         print(flush=True)
+    fakes_rounds(repeats)
+
+
+def fakes_rounds(repeats: int) -> None:
+    """Seconds per round of critic steps of the default configuration on the CPU: its fakes made either way, and
+    the critics' step (table described in the module's docstring)."""
+    config = train_config("method=gswgan")
+    method, g = config.method, torch.Generator().manual_seed(0)
+    models = {fakes: instantiate(method.module, shape=SHAPE, num_classes=CLASSES, kind="image", critic_fakes=fakes)
+              for fakes in ("own", "pool")}
+    b = method.batch_size
+    print("| round of critic steps (default configuration) | critics | fakes, own (s) | fakes, pool (s) | "
+          "critics' step (s) |\n|---|---:|---:|---:|---:|", flush=True)
+    totals = {"own": 0.0, "pool": 0.0, "critics": 0.0}
+    for name, k in (("scheduled block", method.module.scheduled_critics), ("copies of the drawn critics", b)):
+        labels = torch.randint(0, CLASSES, (k, b), generator=g)
+        seconds = {fakes: best_seconds(lambda: model.fakes_for(labels), repeats) for fakes, model in models.items()}
+        ensemble, step, _ = chunk_step(method, chunk=k)
+        seconds["critics"] = best_seconds(step, repeats)
+        del ensemble, step
+        for part, value in seconds.items():
+            totals[part] += value
+        print(f"| {name} | {k} | {seconds['own']:.3f} | {seconds['pool']:.3f} | {seconds['critics']:.3f} |", flush=True)
+    print(f"| both (one generator step with critic_steps=1) | | {totals['own']:.3f} | {totals['pool']:.3f} | "
+          f"{totals['critics']:.3f} |\n", flush=True)

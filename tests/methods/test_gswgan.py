@@ -330,13 +330,15 @@ def on_neighbours(monkeypatch, tmp_path, steps: int, read, **kw) -> list:
     return out
 
 
-def test_private_labels_do_not_reach_the_released_generator_through_batch_norm(monkeypatch, tmp_path):
+@pytest.mark.parametrize("critic_fakes", ["own", "pool"])
+def test_private_labels_do_not_reach_the_released_generator_through_batch_norm(critic_fakes, monkeypatch, tmp_path):
     """The critic steps draw fakes with the chosen shard's private labels; the released generator (its weights
     and its BatchNorm running statistics, which sampling in eval mode uses) must not depend on them. Critics
     frozen (one critic, so the changed record is in every critic step), so the sanitized gradients are equal on
     both data sets."""
     monkeypatch.setattr(CriticEnsemble, "adam_step", lambda self, *a, **k: torch.zeros(1))  # every critic step
-    released = on_neighbours(monkeypatch, tmp_path, 3, lambda model: model.generator.state_dict(), n_discriminators=1)
+    released = on_neighbours(monkeypatch, tmp_path, 3, lambda model: model.generator.state_dict(), n_discriminators=1,
+                             critic_fakes=critic_fakes)
     for key, value in released[0].items():
         assert torch.equal(value, released[1][key]), key
 
@@ -411,17 +413,55 @@ def test_the_drawn_critic_is_trained_before_its_gradient_and_then_reset_or_kept(
         tiny_gswgan(scheduled_steps=0)
 
 
-def test_a_scheduled_block_of_critics_sees_no_other_shard(monkeypatch, tmp_path):
+@pytest.mark.parametrize("critic_fakes", ["own", "pool"])
+def test_a_scheduled_block_of_critics_sees_no_other_shard(critic_fakes, monkeypatch, tmp_path):
     """scheduled_critics = N_D: every critic trains in one vectorized block each step; changing one record (its
     label: labels are not hashed, so the shards stay) changes its own critic's state only, also through the
     generator's BatchNorm, which normalises each critic's fakes as a batch of their own. One step: the block
-    trains against the initial generator (a later one has seen a sanitized gradient)."""
+    trains against the initial generator (a later one has seen a sanitized gradient). With critic_fakes=pool the
+    critics' fakes come from one pool, which must not depend on any critic's labels."""
     models = []
     states = on_neighbours(monkeypatch, tmp_path, 1, lambda model: models.append(model) or model.critics.state_dict(),
-                           scheduled_critics=4)
+                           scheduled_critics=4, critic_fakes=critic_fakes)
     owner = int((models[0].shards == 0).any(1).nonzero())  # the changed record's critic
     changed = {i for i in range(4) if any(not torch.equal(states[0][k][i], states[1][k][i]) for k in states[0])}
     assert changed == {owner}
+
+
+class LabelPainter(torch.nn.Module):
+    """A generator stub: each sample is an image filled with its label plus a counter of the samples made so far,
+    so a fake tells which label and which generator call made it; records every call's labels."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls, self.made = [], 0
+
+    def forward(self, z, y):
+        self.calls.append(y.clone())
+        serial = self.made + torch.arange(len(y), dtype=torch.float32)
+        self.made += len(y)
+        return (y.float() + serial / 1e4).view(-1, 1, 1, 1).expand(-1, 1, 8, 8).clone()
+
+
+@pytest.mark.parametrize("critic_fakes", ["own", "pool"])
+def test_critic_fakes_carry_their_records_labels_from_own_batches_or_one_public_pool(critic_fakes):
+    """own: one generator batch per critic, with its records' labels; pool: one generator batch of batch_size
+    samples of every class (labels public: the same whatever the records), each record's fake one of its label's."""
+    model = tiny_gswgan(critic_fakes=critic_fakes)
+    model.net_g, model.rng = LabelPainter(), torch.Generator().manual_seed(0)  # the draws from the pool fixed
+    real_y = torch.tensor([[0, 0, 0, 0, 0, 0, 0, 1], [1, 1, 1, 0, 1, 1, 1, 1], [0, 1, 0, 1, 0, 1, 0, 1]])
+    fakes = model.fakes_for(real_y)
+    assert fakes.shape == (3, 8, 1, 8, 8)
+    assert torch.equal(fakes[..., 0, 0, 0].floor().long(), real_y)  # each fake carries its record's label
+    if critic_fakes == "own":
+        assert [c.tolist() for c in model.net_g.calls] == real_y.tolist()
+    else:
+        (pool_labels,) = model.net_g.calls  # one call for all three critics, 8 samples of each class, in order
+        assert torch.equal(pool_labels, torch.tensor([0] * 8 + [1] * 8))
+        serial = (fakes[..., 0, 0, 0] * 1e4).round().long() % 10**4  # which pool sample each fake is
+        assert torch.equal(serial // 8, real_y) and len(serial.unique()) > 8  # drawn from its class, not one each
+    with pytest.raises(ValueError, match="critic_fakes"):
+        tiny_gswgan(critic_fakes="shared")
 
 
 def test_sound_pld_numbers_of_the_docs():

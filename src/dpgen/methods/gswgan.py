@@ -49,7 +49,8 @@ class GSWGAN(PrivateGenerator):
     depending on the draws); the reference keeps the drawn critic's updates ("kept", which privacy.json flags).
     With sanitizer.draw="per_sample" (not in the paper) each sample's gradient comes from a critic drawn for it
     alone, the same way through a thrown-away copy, which makes the paper's count of B subsampled events per step
-    the sound one (docs/PRIVACY.md, GS-WGAN).
+    the sound one (docs/PRIVACY.md, GS-WGAN). `critic_fakes` chooses how the critic steps' fakes are made
+    (`fakes_for`).
 
     The released generator (`generator`: `net_ema`) is the base class's moving average of the trained `net_g`
     with `ema_decay` 0.999 (decay min(1 - 1/(t+1), 0.999), the reference's exp_mov_avg); 0 releases `net_g`."""
@@ -61,7 +62,7 @@ class GSWGAN(PrivateGenerator):
     def __init__(self, shape, num_classes, kind, z_dim: int = 10, batch_size: int = 32, n_discriminators: int = 1000,
                  critic_steps: int = 5, lr: float = 1e-4, betas: tuple[float, float] = (0.5, 0.9),
                  ema_decay: float = 0.999, critic_updates: str = "scheduled", scheduled_critics: int = 1,
-                 scheduled_steps: int | None = None,
+                 scheduled_steps: int | None = None, critic_fakes: str = "own",
                  sanitizer: dict | None = None, critics: dict | None = None,
                  pretrain: dict | None = None, pretrained_critics: str | None = None, generator: dict | None = None,
                  class_probs=None, seed: int = 0):
@@ -87,6 +88,9 @@ class GSWGAN(PrivateGenerator):
                 or self.n_discriminators % scheduled_critics:
             raise ValueError(f"scheduled_critics must divide n_discriminators ({self.n_discriminators}), got "
                              f"{scheduled_critics}")
+        if critic_fakes not in ("own", "pool"):
+            raise ValueError(f"critic_fakes must be 'own' or 'pool', got {critic_fakes!r}")
+        self.critic_fakes = critic_fakes
         self.scheduled_critics = int(scheduled_critics)
         self.scheduled_steps = self.critic_steps if scheduled_steps is None else int(scheduled_steps)
         if self.scheduled_steps < 1:
@@ -140,11 +144,19 @@ class GSWGAN(PrivateGenerator):
         return x.to(self.device), y.to(self.device)
 
     def fakes_for(self, real_y: torch.Tensor) -> torch.Tensor:
-        """A generator batch for each critic's labels (k, b): each critic's fakes carry its shard's private labels
-        and are a generator batch of their own, so BatchNorm's batch statistics mix no two shards; running
-        statistics are left as they were."""
+        """Fakes (k, b, *shape) carrying each critic's labels (k, b), BatchNorm's running statistics left as they
+        were. critic_fakes="own" (the reference): a generator batch of each critic's own, so BatchNorm's batch
+        statistics mix no two shards. "pool": one generator batch of `batch_size` samples of every class (public
+        labels), from which each of a critic's records takes a fake of its label drawn at random: private labels
+        only choose among public samples, and the generator runs once for all k critics."""
         with torch.no_grad(), running_stats_kept(self.net_g):
-            return torch.stack([self.net_g(self.latent(len(y)), y) for y in real_y])
+            if self.critic_fakes == "own":
+                return torch.stack([self.net_g(self.latent(len(y)), y) for y in real_y])
+            per_class = self.batch_size
+            classes = torch.arange(self.num_classes, device=self.device).repeat_interleave(per_class)
+            pool = self.net_g(self.latent(len(classes)), classes).view(self.num_classes, per_class, *self.shape)
+            pick = torch.randint(per_class, real_y.shape, generator=self.rng).to(self.device)
+            return pool[real_y, pick]
 
     def on_fit_start(self) -> None:
         if bool(self.pretrained):
