@@ -418,3 +418,55 @@ def test_score_vote_budget_stops_where_the_gaussian_composition_reaches_epsilon(
     report = json.loads((tmp_path / "privacy.json").read_text())
     assert report["stop"]["discarded_steps"] == 0
     assert model.ledger.epsilon(1e-5, "data_dependent", "gdp")[0] <= 2.0
+
+
+def test_instance_noise_noises_every_input_of_the_teachers_and_the_student(monkeypatch):
+    """instance_noise = s: the teachers train on their records and on generated samples each plus N(0, s^2) noise,
+    the vote is taken on noised generated samples, the student learns the released labels on exactly those, and
+    the generator is trained through the student on noised samples; queries and charges are the paper's."""
+    sigma = 0.2
+    torch.manual_seed(0)
+    model = tiny(instance_noise=sigma, batch_size=64)
+    # in order: ("g", clean generator output), ("batch", x), ("teach", real, fake), ("query", x), ("student", x)
+    events = []
+    forward, train_step, predict, student = model.net_g.forward, model.ensemble.train_step, \
+        model.ensemble.predict_logits, model.student.forward
+    training_step = model.training_step
+    monkeypatch.setattr(model.net_g, "forward", lambda *a: events.append(("g", forward(*a))) or events[-1][1])
+    monkeypatch.setattr(model, "training_step", lambda batch, *a: events.append(("batch", batch[0])) or
+                        training_step(batch, *a))
+    monkeypatch.setattr(model.ensemble, "train_step", lambda rx, ry, fx, fy: events.append(("teach", rx, fx)) or
+                        train_step(rx, ry, fx, fy))
+    monkeypatch.setattr(model.ensemble, "predict_logits", lambda x, y: events.append(("query", x)) or predict(x, y))
+    monkeypatch.setattr(model.student, "forward", lambda x, y: events.append(("student", x)) or student(x, y))
+    fit(model, steps=3, teacher_batch=320)
+
+    def assert_noise(a, b):  # a - b is N(0, sigma^2) noise: mean and std within 5 standard errors
+        noise = (a - b).detach().flatten()
+        n = len(noise)
+        assert abs(float(noise.mean())) < 5 * sigma / n ** 0.5
+        assert abs(float(noise.std()) - sigma) < 5 * sigma / (2 * n) ** 0.5
+
+    b = 320 // model.teacher_steps
+    teach = queries = steps = 0
+    for i, event in enumerate(events):
+        clean = next((e[1] for e in reversed(events[:i]) if e[0] == "g"), None)
+        if event[0] == "batch":
+            batch, chunk = event[1], 0
+        elif event[0] == "teach":  # records: the batch's chunk plus noise; fakes: the last generator batch plus noise
+            records = batch[:, chunk * b:(chunk + 1) * b]
+            chunk, teach = chunk + 1, teach + 1
+            assert_noise(event[1], records)
+            assert_noise(event[2], clean)
+        elif event[0] == "query":  # the vote's samples are noised, and the student learns on those very tensors
+            queries += 1
+            assert_noise(event[1], clean)
+            assert events[i + 1][0] == "student" and torch.equal(events[i + 1][1], event[1])
+        elif event[0] == "student" and events[i - 1][0] == "g":  # the generator step: through noise, to G
+            steps += 1
+            assert event[1].requires_grad
+            assert_noise(event[1], clean)
+    assert (teach, queries, steps) == (3 * model.teacher_steps, 3 * model.student_steps, 3)
+    assert model.ledger.summary(1e-5)["mechanisms"][MECHANISM]["count"] == 3 * model.queries_per_step()
+    with pytest.raises(ValueError, match="instance_noise"):
+        tiny(instance_noise=-0.1)
