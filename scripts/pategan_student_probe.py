@@ -9,7 +9,9 @@ the teachers' mean clipped score without noise, the centred squared error, the r
 --every steps, on 256 fixed generated samples: the cosine between the student's input gradient and that of the
 teachers' mean clipped score (per sample, and of their sums over the batch, which is what the generator's step
 follows), and R^2 of the student's centred scores against the teachers'; once, the same cosines between the two
-halves of the teachers, how much they agree on the direction. With --perturb s > 0 the student is trained on the
+halves of the teachers, how much they agree on the direction. For a run with the basis generator
+(`generator.basis_size`), also the cosines of the gradients with respect to the generator's k^2 coefficients of each
+sample (the only directions its steps can move a sample in: `tangent`). With --perturb s > 0 the student is trained on the
 generated samples moved by Gaussian pixel noise of a standard deviation drawn uniformly from [0, s] per sample (the
 teachers scoring the moved samples), and measured, as always, on unmoved ones. Not private: a measurement of a
 noise-free control's state.
@@ -62,6 +64,13 @@ def cosines(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
             float(cosine_similarity(a.sum(0).flatten(), b.sum(0).flatten(), dim=0)))
 
 
+def tangent(model, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """A pixel gradient g at samples x = sigmoid(a) of the basis generator as a gradient with respect to each
+    sample's coefficients c (a = basis^T c): basis (x (1 - x) g)."""
+    n, channels = len(x), x.shape[1]
+    return ((x * (1 - x) * g).view(n, channels, -1) @ model.net_g.basis.T).view(n, -1)
+
+
 def measure(model, x: torch.Tensor, y: torch.Tensor) -> dict:
     g_teachers = input_grad(lambda v: teacher_score(model, v, y), x)
     g_student = input_grad(lambda v: model.student(v, y).view(-1), x)
@@ -69,6 +78,9 @@ def measure(model, x: torch.Tensor, y: torch.Tensor) -> dict:
         t, s = teacher_score(model, x, y), model.student(x, y).view(-1)
     t, s = t - t.mean(), s - s.mean()
     row = dict(zip(("cosine_per_sample", "cosine_batch_sum"), cosines(g_teachers, g_student)))
+    if hasattr(model.net_g, "basis"):
+        row |= dict(zip(("tangent_cosine_per_sample", "tangent_cosine_batch_sum"),
+                        cosines(tangent(model, x, g_teachers), tangent(model, x, g_student))))
     return {**row, "r2": float(1 - ((s - t) ** 2).mean() / (t ** 2).mean()), "score_std": float(t.std())}
 
 
@@ -78,7 +90,11 @@ def teacher_halves(model, x: torch.Tensor, y: torch.Tensor) -> dict:
     half = model.ensemble.n_teachers // 2
     first = input_grad(lambda v: teacher_score(model, v, y, 0, half), x)
     second = input_grad(lambda v: teacher_score(model, v, y, half), x)
-    return dict(zip(("halves_cosine_per_sample", "halves_cosine_batch_sum"), cosines(first, second)))
+    row = dict(zip(("halves_cosine_per_sample", "halves_cosine_batch_sum"), cosines(first, second)))
+    if hasattr(model.net_g, "basis"):
+        row |= dict(zip(("halves_tangent_cosine_per_sample", "halves_tangent_cosine_batch_sum"),
+                        cosines(tangent(model, x, first), tangent(model, x, second))))
+    return row
 
 
 def training_batch(model, perturb: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -70,3 +70,14 @@ def test_the_student_batch_is_moved_by_noise_of_a_per_sample_scale_up_to_perturb
     torch.testing.assert_close(y, y_plain)
     scale = (moved - plain).std(1)  # one noise scale per sample: the spread of its 4 moved features
     assert scale.max() < 0.5 * 2 and scale.min() < 0.1 and (scale > 0.25).any()
+
+
+def test_tangent_is_the_gradient_with_respect_to_the_basis_generators_coefficients():
+    torch.manual_seed(0)
+    model = PATEGAN((1, 8, 8), 2, "image", n_teachers=2, lam=1.0, z_dim=4, generator=dict(basis_size=3, hidden=[8]))
+    c = torch.randn(5, 1, 9, requires_grad=True)
+    x = torch.sigmoid(c @ model.net_g.basis).view(5, 1, 8, 8)
+    weights = torch.randn(5, 1, 8, 8)
+    (expected,) = torch.autograd.grad((x * weights).sum() + (x ** 2).sum(), c)
+    g_pixels = weights + 2 * x.detach()  # the pixel gradient of the same function
+    torch.testing.assert_close(probe.tangent(model, x.detach(), g_pixels), expected.view(5, -1))

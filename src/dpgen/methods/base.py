@@ -10,7 +10,8 @@ from torch import nn
 
 from dpgen.nn.discriminator import ConditionalDiscriminator
 from dpgen.nn.fc import ConditionalMLP, table_hidden
-from dpgen.nn.generator import ConditionalImageGenerator, ConditionalTableGenerator, generate, latent
+from dpgen.nn.generator import (ConditionalBasisGenerator, ConditionalImageGenerator, ConditionalTableGenerator,
+                                generate, latent)
 
 
 class PrivateGenerator(pl.LightningModule):
@@ -60,6 +61,9 @@ class PrivateGenerator(pl.LightningModule):
         return global_step - ((self.ledger.stop or {}).get("discarded_steps", 0) if self.ledger is not None else 0)
 
     def build_generator(self, **arch) -> nn.Module:
+        """Images: the DCGAN-style generator of G-PATE, or with `basis_size` the low-frequency basis generator."""
+        if self.kind == "image" and "basis_size" in arch:
+            return ConditionalBasisGenerator(self.shape, self.num_classes, z_dim=self.z_dim, **arch)
         if self.kind == "image":
             return ConditionalImageGenerator(self.shape, self.num_classes, z_dim=self.z_dim, **arch)
         if self.kind == "table":
