@@ -13,7 +13,8 @@ halves of the teachers, how much they agree on the direction. For a run with the
 (`generator.basis_size`), also the cosines of the gradients with respect to the generator's k^2 coefficients of each
 sample (the only directions its steps can move a sample in: `tangent`). With --perturb s > 0 the student is trained on the
 generated samples moved by Gaussian pixel noise of a standard deviation drawn uniformly from [0, s] per sample (the
-teachers scoring the moved samples), and measured, as always, on unmoved ones. Not private: a measurement of a
+teachers scoring the moved samples), and measured, as always, on unmoved ones; with --perturb-coefficients the
+noise moves the basis generator's coefficients instead, so the moved samples stay in its image set. Not private: a measurement of a
 noise-free control's state.
 """
 from __future__ import annotations
@@ -97,9 +98,14 @@ def teacher_halves(model, x: torch.Tensor, y: torch.Tensor) -> dict:
     return row
 
 
-def training_batch(model, perturb: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """A batch of generated samples for the student, each moved by Gaussian pixel noise of a standard deviation drawn
-    uniformly from [0, perturb]."""
+def training_batch(model, perturb: float, coefficients: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch of generated samples for the student, each moved by Gaussian noise of a standard deviation drawn
+    uniformly from [0, perturb]: on its pixels, or (`coefficients`, the basis generator) on its coefficients, so
+    the moved sample stays in the generator's image set."""
+    if coefficients:
+        y = model.random_labels(model.batch_size)
+        c = model.net_g.coefficients(model.latent(model.batch_size), y)
+        return model.net_g.decode(c + perturb * torch.rand(len(c), 1, 1) * torch.randn_like(c)), y
     u, y = model.generated(model.batch_size)
     return u + perturb * torch.rand(len(u), *[1] * (u.dim() - 1)) * torch.randn_like(u), y
 
@@ -110,6 +116,8 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--every", type=int, default=250)
     parser.add_argument("--perturb", type=float, default=0.0)
+    parser.add_argument("--perturb-coefficients", action="store_true",
+                        help="move the basis generator's coefficients instead of the pixels")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     model, state = load(args.run)
@@ -130,14 +138,15 @@ def main(argv=None) -> None:
         if step == args.steps:
             break
         with torch.no_grad():
-            u, y = training_batch(model, args.perturb)
+            u, y = training_batch(model, args.perturb, args.perturb_coefficients)
             target = teacher_score(model, u, y)
         score = model.student(u, y).view(-1)
         loss = ((score - score.mean() - (target - target.mean())) ** 2).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
-    result = {"run": str(args.run), "global_step": state["global_step"], "perturb": args.perturb, **halves,
+    result = {"run": str(args.run), "global_step": state["global_step"], "perturb": args.perturb,
+              "perturb_coefficients": args.perturb_coefficients, **halves,
               "rows": rows}
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")

@@ -81,3 +81,20 @@ def test_tangent_is_the_gradient_with_respect_to_the_basis_generators_coefficien
     (expected,) = torch.autograd.grad((x * weights).sum() + (x ** 2).sum(), c)
     g_pixels = weights + 2 * x.detach()  # the pixel gradient of the same function
     torch.testing.assert_close(probe.tangent(model, x.detach(), g_pixels), expected.view(5, -1))
+
+
+def test_coefficient_noise_moves_the_basis_generators_samples_within_its_image_set():
+    torch.manual_seed(0)
+    model = PATEGAN((1, 8, 8), 2, "image", n_teachers=2, lam=1.0, batch_size=16, z_dim=4,
+                    generator=dict(basis_size=3, hidden=[8]))
+    with torch.no_grad():
+        torch.manual_seed(1)
+        plain, y_plain = probe.training_batch(model, 0.0, coefficients=True)
+        torch.manual_seed(1)
+        moved, y = probe.training_batch(model, 0.5, coefficients=True)
+    torch.testing.assert_close(y, y_plain)
+    assert (moved - plain).abs().max() > 0.05  # moved ...
+    basis = model.net_g.basis  # ... and still sigmoid of the 3 x 3 subspace: the logit has no other component
+    logit = torch.logit(moved.double()).view(16, 1, 64)
+    residual = logit - (logit @ basis.double().T) @ basis.double() / 64
+    assert residual.abs().max() < 1e-4 * logit.abs().max()

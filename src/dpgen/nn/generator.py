@@ -102,9 +102,16 @@ class ConditionalBasisGenerator(nn.Module):
             self.mlp.linears[-1].weight.mul_(0.1)
         self.register_buffer("basis", dct_basis(height, basis_size) * height, persistent=False)
 
+    def coefficients(self, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """(n, channels, k^2): each sample's coefficients."""
+        return self.mlp(z, y).view(len(z), self.shape[0], -1)
+
+    def decode(self, coefficients: torch.Tensor) -> torch.Tensor:
+        """(n, channels, k^2) coefficients -> (n, *shape) images."""
+        return torch.sigmoid(coefficients @ self.basis).view(len(coefficients), *self.shape)
+
     def forward(self, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        coefficients = self.mlp(z, y).view(len(z), self.shape[0], -1)
-        return torch.sigmoid(coefficients @ self.basis).view(len(z), *self.shape)
+        return self.decode(self.coefficients(z, y))
 
 
 class Crop(nn.Module):
