@@ -62,10 +62,9 @@ class PrivateGenerator(pl.LightningModule):
 
     def build_generator(self, **arch) -> nn.Module:
         """Images: the DCGAN-style generator of G-PATE, or with `basis_size` the low-frequency basis generator."""
-        if self.kind == "image" and "basis_size" in arch:
-            return ConditionalBasisGenerator(self.shape, self.num_classes, z_dim=self.z_dim, **arch)
         if self.kind == "image":
-            return ConditionalImageGenerator(self.shape, self.num_classes, z_dim=self.z_dim, **arch)
+            net = ConditionalBasisGenerator if "basis_size" in arch else ConditionalImageGenerator
+            return net(self.shape, self.num_classes, z_dim=self.z_dim, **arch)
         if self.kind == "table":
             return ConditionalTableGenerator(self.shape, self.num_classes, z_dim=self.z_dim, **arch)
         raise ValueError(f"unknown data kind {self.kind!r} (expected 'image' or 'table')")

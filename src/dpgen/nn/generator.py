@@ -95,7 +95,7 @@ class ConditionalBasisGenerator(nn.Module):
             raise ValueError(f"square images only, got {height}x{width}")
         if not 1 <= basis_size <= height:
             raise ValueError(f"basis_size must be in [1, {height}] (the image side), got {basis_size}")
-        self.shape, self.num_classes, self.z_dim, self.basis_size = tuple(shape), num_classes, z_dim, basis_size
+        self.shape, self.num_classes, self.z_dim = tuple(shape), num_classes, z_dim
         self.mlp = ConditionalMLP(z_dim, channels * basis_size**2, num_classes, tuple(hidden), "relu",
                                   batch_norm=True)
         with torch.no_grad():
