@@ -33,10 +33,14 @@ def test_table_and_plots_of_a_sweep(tmp_path):
                                             "downstream": {"accuracy": 0.95}})
     fake_run(sweep, "pategan", "kaggle_credit", 1.0, {"privacy": {"private": True, "epsilon": {"data_dependent": 1}},
                                                        "downstream": {"average": {"auroc": 0.9, "auprc": 0.4}}})
+    fake_run(sweep, "pategan_2018_code", "mnist", 1.0, {"privacy": {"private": False, "claimed_epsilon": 1.0},
+                                                         "downstream": {"accuracy": 0.3}})
     (sweep / "unfinished" / ".hydra").mkdir(parents=True)  # no metrics.json: not a row
     out = main([str(sweep)])
     table = (out / "report.md").read_text()
-    assert "Runs compared (4)" in table
+    assert "Runs compared (5)" in table
+    # a reproduced code that claims an epsilon without a guarantee: the claim is shown, never as a budget
+    assert "| pategan_2018_code | mnist | none (the code claims 1; no guarantee) | 0.3 |" in table
     rows = [line for line in table.splitlines() if line.startswith("| gpate")]
     assert len(rows) == 2 and "| 1 | 0.5 | - | - |" in rows[0] and "| 10 | 0.8 | - | - |" in rows[1]
     assert "0.99" in rows[0]

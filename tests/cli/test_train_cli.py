@@ -365,3 +365,19 @@ def test_lightning_warnings_that_need_no_action_are_not_printed():
         warnings.warn("`isinstance(treespec, LeafSpec)` is deprecated, use ...", DeprecationWarning)
         warnings.warn("any other warning")
     assert [str(w.message) for w in caught] == ["any other warning"]
+
+
+def test_a_run_writes_privacy_json_saying_there_is_no_guarantee(tmp_path):
+    result = train_here(tmp_path / "run", "method=pategan_2018_code", "data=mnist", "privacy.epsilon=10",
+                        "method.batch_size=8", "method.module.batch_size=4", "method.module.critic_steps=2",
+                        "method.module.hidden=8", "trainer.max_steps=2", "eval=none", "samples.every_n_steps=0",
+                        "checkpoint_every_n_steps=0", "progress_log_every_seconds=0",
+                        data_root=tmp_path / "no-data-here")
+    assert result.returncode == 0, result.stderr[-2000:]
+    privacy = json.loads((tmp_path / "run" / "privacy.json").read_text())
+    assert privacy["private"] is False and privacy["guarantee"] == "none"
+    assert privacy["claimed_epsilon"] == 10.0
+    assert privacy["label_noise"] == pytest.approx(0.242124, abs=1e-6)  # 2.4212 / 10: the code's formula
+    assert "No differential privacy guarantee" in privacy["caveats"][0]
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["privacy"] == privacy

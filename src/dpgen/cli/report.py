@@ -113,6 +113,7 @@ def load_run(path: Path) -> dict:
     quality = metrics.get("image_quality", {})
     return {"method": cfg.method.name, "data": cfg.data.name, "control": control,
             "budget": float(budget) if private and budget is not None else math.inf,
+            "claimed": metrics.get("privacy", {}).get("claimed_epsilon"),  # a reproduced code's claim, no guarantee
             "spent": metrics.get("privacy", {}).get("epsilon", {}), "utility": utility(metrics.get("downstream", {})),
             "IS": quality.get("IS"), "FID": quality.get("FID"), "steps": metrics.get("steps"),
             "wall_time": wall_time(metrics), "peak_rss_gb": peak_rss(metrics),
@@ -146,6 +147,14 @@ def utility_cell(utility: dict, key: str) -> str:
     return "-" if utility[key] is None else number(utility[key])
 
 
+def budget_cell(row: dict) -> str:
+    if not math.isinf(row["budget"]):
+        return f"{row['budget']:g}"
+    if row.get("claimed") is not None:  # e.g. method=pategan_2018_code: the epsilon its code claims, not a bound
+        return f"none (the code claims {row['claimed']:g}; no guarantee)"
+    return "none (privacy off)" if row["control"] else "none (not private)"
+
+
 def markdown_table(rows: list[dict]) -> str:
     bounds = sorted({bound for row in rows for bound in row["spent"]})
     keys = {key for row in rows for key in row["utility"]}
@@ -155,8 +164,7 @@ def markdown_table(rows: list[dict]) -> str:
             "wall time (s)", "peak RSS (GB)", "machine", "command", "run"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in sorted(rows, key=lambda r: (r["data"], r["method"], r["budget"])):
-        cells = [row["method"], row["data"], ("none (privacy off)" if row["control"] else "none (not private)")
-                 if math.isinf(row["budget"]) else f"{row['budget']:g}",
+        cells = [row["method"], row["data"], budget_cell(row),
                  *(utility_cell(row["utility"], key) for key in utilities), number(row["IS"], 3), number(row["FID"]),
                  *(number(row["spent"].get(b), 5) for b in bounds), str(row["steps"] or ""),
                  row["wall_time"], number(row["peak_rss_gb"], 3), row["machine"] or "",

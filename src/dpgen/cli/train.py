@@ -82,8 +82,9 @@ def save_generator(model, dm, cfg: DictConfig, path: Path) -> None:
 
 
 def privacy_report(model, cfg: DictConfig) -> dict:
-    if model.ledger is None:
-        return {"private": False, "note": "non-private method: no differential privacy guarantee"}
+    if model.ledger is None:  # a reproduced reference code that claims an epsilon says what it claims, and why not
+        return {"private": False, "note": "non-private method: no differential privacy guarantee",
+                **getattr(model, "privacy_claim", {})}
     p, ledger = cfg.privacy, model.ledger
     conversions = {b: conversion_for(p.conversion, ledger.has_pld(b)) for b in ledger.bounds}  # as the planner does
     eps = {b: ledger.epsilon(p.delta, bound=b, conversion=c)[0] for b, c in conversions.items()}
@@ -116,6 +117,9 @@ def run(cfg: DictConfig, extra_callbacks: tuple[pl.Callback, ...] = ()) -> dict:
         # every process would train on the same data with its own noise: the noise averages out under DDP
         fail(f"method={cfg.method.name} runs in one process; only G-PATE splits its teachers over torchrun's processes")
     model.log_private = bool(cfg.log_private_losses)
+    if getattr(model, "privacy_claim", None):  # privacy.json flags it from the start: a crash leaves no run unflagged
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out / "privacy.json", json.dumps(privacy_report(model, cfg), indent=2) + "\n")
     callbacks = build_callbacks(cfg, out, lambda m: save_generator(m, dm, cfg, out / "generator.pt"))
     callbacks += list(extra_callbacks)
     trainer = pl.Trainer(**instantiate(cfg.trainer, _convert_="all"), callbacks=callbacks, logger=build_logger(cfg),
