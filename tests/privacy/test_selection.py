@@ -53,3 +53,7 @@ def test_selections_compose_with_the_generator_in_parallel_only_on_disjoint_reco
     assert sequential["release"]["epsilon"] == pytest.approx(1.6) and "sequential" in sequential["release"]["composition"]
     assert composed_epsilon(1.0, 2.5, disjoint=True) == 2.5
     assert "not known" in selection_report(1.0, 1, None, disjoint=False)["release"]["note"]
+    # a generator whose privacy.json says it has no guarantee (method=pategan_2018_code): no epsilon is composed
+    claim = {"private": False, "guarantee": "none", "claimed_epsilon": 1.0}
+    release = selection_report(1.0, 1, claim, disjoint=True)["release"]
+    assert "no privacy guarantee" in release["note"] and "epsilon" not in release

@@ -50,6 +50,10 @@ def selection_report(epsilon_each: float, selections: int, generator: dict | Non
         report["release"] = {"note": "no privacy.json of the generator: its guarantee is not known here, so "
                                      "neither is the release's"}
         return report
+    if generator.get("guarantee") == "none":  # e.g. method=pategan_2018_code: a reproduced code's claim only
+        report["release"] = {"note": "the generator has no privacy guarantee (its privacy.json), so neither has the "
+                                     "release"}
+        return report
     report["release"] = {
         "epsilon": composed_epsilon(generator["epsilon"], epsilon, disjoint),
         "delta": generator["delta"],
