@@ -103,3 +103,13 @@ def test_a_batch_too_small_for_its_critic_steps_is_refused():
         model.training_step((torch.rand(20, 4), torch.zeros(20, dtype=torch.long)), 0)
     with pytest.raises(ValueError, match="label_noise"):
         tiny(label_noise=-1.0)
+
+
+def test_only_the_codes_formula_makes_a_claim():
+    """privacy.json's claimed_epsilon is the epsilon the formula was given; a label_noise given directly (the
+    noise-free control's 0) claims none."""
+    assert tiny(label_noise=None, code_epsilon=10.0).privacy_claim["claimed_epsilon"] == 10.0
+    assert tiny(label_noise=None, code_epsilon=10.0).label_noise == code_label_noise(10.0)
+    control = tiny(label_noise=0.0, code_epsilon=10.0).privacy_claim
+    assert control["claimed_epsilon"] is None and control["label_noise"] == 0.0 and control["guarantee"] == "none"
+

@@ -80,6 +80,7 @@ class PATEGAN2018Code(PrivateGenerator):
         super().__init__(shape, num_classes, kind, z_dim=int(z_dim or max(features // 4, 1)),
                          generator={"hidden": (width, width)}, **kwargs)
         self.code_epsilon, self.delta_exponent = float(code_epsilon), int(delta_exponent)
+        self.label_noise_from_formula = label_noise is None
         self.label_noise = code_label_noise(code_epsilon, delta_exponent) if label_noise is None else float(label_noise)
         self.critic_steps, self.batch_size = int(critic_steps), int(batch_size)
         self.gp_weight, self.lr, self.beta1 = float(gp_weight), lr, beta1
@@ -100,7 +101,8 @@ class PATEGAN2018Code(PrivateGenerator):
     @property
     def privacy_claim(self) -> dict:
         """What privacy.json records for this method: the code's claim and why it is none."""
-        return {"guarantee": "none", "claimed_epsilon": self.code_epsilon,
+        claimed = self.code_epsilon if self.label_noise_from_formula else None  # a given label_noise claims nothing
+        return {"guarantee": "none", "claimed_epsilon": claimed,
                 "claimed_delta": f"10 ^ {self.delta_exponent} in the code's formula (XOR)",
                 "label_noise": self.label_noise, "caveats": [NO_GUARANTEE]}
 
