@@ -112,4 +112,3 @@ def test_only_the_codes_formula_makes_a_claim():
     assert tiny(label_noise=None, code_epsilon=10.0).label_noise == code_label_noise(10.0)
     control = tiny(label_noise=0.0, code_epsilon=10.0).privacy_claim
     assert control["claimed_epsilon"] is None and control["label_noise"] == 0.0 and control["guarantee"] == "none"
-

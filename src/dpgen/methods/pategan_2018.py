@@ -41,8 +41,9 @@ def noisy_targets(n: int, label_noise: float, generator: torch.Generator | None 
     """The 2018 code's targets of one critic step: n ones (records) then n zeros (generated samples), each plus
     N(0, label_noise^2), thresholded at 0.5 (float 0 / 1)."""
     clean = torch.cat([torch.ones(n, device=device), torch.zeros(n, device=device)])
-    noise = torch.randn(2 * n, generator=generator, device=device) if label_noise else torch.zeros(2 * n, device=device)
-    return (clean + label_noise * noise > 0.5).float()
+    if not label_noise:
+        return clean
+    return (clean + label_noise * torch.randn(2 * n, generator=generator, device=device) > 0.5).float()
 
 
 def code_init(net: nn.Module) -> None:
@@ -89,7 +90,7 @@ class PATEGAN2018Code(PrivateGenerator):
         code_init(self.net_g)
         code_init(self.net_d)
 
-    def build_generator(self, hidden=(784, 784)) -> nn.Module:
+    def build_generator(self, hidden: tuple[int, int]) -> nn.Module:
         return FCGenerator(self.shape, self.num_classes, z_dim=self.z_dim, hidden=hidden, activation="tanh",
                            feature_bound=None, label_every_layer=False)
 
@@ -124,7 +125,7 @@ class PATEGAN2018Code(PrivateGenerator):
         if len(y) < self.critic_steps * b:
             raise ValueError(f"a batch of {len(y)} records cannot feed {self.critic_steps} critic steps of {b}: "
                              "method.batch_size must be critic_steps x module.batch_size")
-        opt_g, opt_d = self.optimizers()
+        opt_d = self.optimizers()[1]  # the generator's is the first, taken by generator_step_against
         for i in range(self.critic_steps):
             xi, yi = x[i * b:(i + 1) * b], y[i * b:(i + 1) * b]
             with torch.no_grad():
