@@ -1,4 +1,4 @@
-"""The command-line scripts (train.py, generate.py, evaluate.py) run in the test's own process: Hydra's main, its
+"""The command-line scripts (train.py, generate.py, evaluate.py, python -m dpgen.audit) run in the test's own process: Hydra's main, its
 run folder and logs, about 1 s for a tiny job where a new interpreter, torch and Lightning take 6-10 s. Tests of
 what only a separate process shows (a kill, torchrun, page faults, the script file itself) keep subprocesses."""
 from __future__ import annotations
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-MAINS = {"train.py": "dpgen.cli.train", "generate.py": "dpgen.cli.generate", "evaluate.py": "dpgen.cli.evaluate"}
+MAINS = {"train.py": "dpgen.cli.train", "generate.py": "dpgen.cli.generate", "evaluate.py": "dpgen.cli.evaluate",
+         "-m dpgen.audit": "dpgen.audit.__main__"}
 
 
 def script_here(script: str, *args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
