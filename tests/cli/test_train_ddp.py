@@ -68,9 +68,11 @@ def test_teacher_slices_cover_every_teacher_once():
     assert rank_path("a/last.ckpt", 0) == "a/last.ckpt" and rank_path("a/last.ckpt", 2) == "a/last.ckpt.rank2"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def one_and_two(tmp_path_factory) -> tuple[Path, Path]:
-    """The tiny G-PATE for 3 steps in one torchrun process (all teachers) and in two."""
+    """The tiny G-PATE for 3 steps in one torchrun process (all teachers) and in two. Session-scoped: a worker that
+    runs other modules' tests between the two that use it would tear a module-scoped fixture down and make the
+    runs again (44 s)."""
     tmp = tmp_path_factory.mktemp("ddp")
     one, two = tmp / "one", tmp / "two"
     torchrun(1, one, "trainer.max_steps=3")
