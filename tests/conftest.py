@@ -14,7 +14,6 @@ def reproducible_privacy_noise(monkeypatch, request):
         monkeypatch.setattr("dpgen.aggregation.noise.secrets.randbits", lambda bits: 12345)
 
 
-
 @pytest.fixture(autouse=True)
 def grouped_by_xdist(request):
     """Under `--dist loadgroup` (make test) pytest-xdist suffixes the node id of each test of an `xdist_group` with the

@@ -1,6 +1,7 @@
-"""The command-line scripts (train.py, generate.py, evaluate.py, python -m dpgen.audit) run in the test's own process: Hydra's main, its
-run folder and logs, about 1 s for a tiny job where a new interpreter, torch and Lightning take 6-10 s. Tests of
-what only a separate process shows (a kill, torchrun, page faults, the script file itself) keep subprocesses."""
+"""The command-line scripts (train.py, generate.py, evaluate.py, python -m dpgen.audit) run in the test's own
+process: Hydra's main, its run folder and logs, about 1 s for a tiny job where a new interpreter, torch and Lightning
+take 6-10 s. Tests of what only a separate process shows (a kill, torchrun, page faults, the script file itself)
+keep subprocesses."""
 from __future__ import annotations
 
 import importlib
