@@ -1,12 +1,15 @@
 """Files that are, at every instant, either their previous content or the complete new one.
 
 Written to a temporary file in the same folder, flushed to disk, then renamed over the target: a kill, a crash
-or a full disk during the write leaves the previous file whole and no temporary file behind. And the pages of a
-memory-mapped file can be given back once read (`release_file_pages`).
+or a full disk during the write leaves the previous file whole and no temporary file behind. A JSON-lines record
+only grows (`append_json_line`). And the pages of a memory-mapped file can be given back once read
+(`release_file_pages`).
 """
 from __future__ import annotations
 
 import ctypes
+import fcntl
+import json
 import mmap
 import os
 from pathlib import Path
@@ -36,6 +39,28 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write(path, lambda f: f.write(text.encode()))
+
+
+def read_json_lines(path: str | os.PathLike) -> list[dict]:
+    """The records of a JSON-lines file, in order; [] when there is none."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def append_json_line(path: str | os.PathLike, record: dict) -> list[dict]:
+    """Append `record` to the JSON-lines file `path` and return every record it now holds. Appends by different
+    processes are serialised by an exclusive lock on `<path>.lock`, and the file is replaced atomically
+    (`atomic_write`) with its previous lines unchanged: it is always a whole earlier version, never a torn line."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        records = [*read_json_lines(path), record]
+        previous = path.read_bytes() if path.is_file() else b""
+        atomic_write(path, lambda f: f.write(previous + (json.dumps(record, default=float) + "\n").encode()))
+        return records
 
 
 def fsync_dir(folder: Path) -> None:

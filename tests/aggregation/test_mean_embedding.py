@@ -31,6 +31,23 @@ def test_features_have_norm_one_and_depend_on_the_seed_only():
     assert not torch.equal(features().w, RandomFourierFeatures(16, 64, 1.0, seed=1).w.double())
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_non_finite_or_overflowing_records_map_to_one_fixed_unit_vector(dtype):
+    """One record of inf, NaN or the dtype's largest finite value (whose W x overflows) must not make a NaN in the release: it maps to
+    phi(0), norm 1, so the sensitivity holds for every input and no other record's features change."""
+    phi = features(dtype)
+    x, y = records(4, 5)
+    bad = torch.stack([torch.full((1, 4, 4), float("inf")), torch.full((1, 4, 4), float("nan")),
+                       torch.full((1, 4, 4), torch.finfo(dtype).max, dtype=torch.float64)]).to(dtype)
+    out = phi(torch.cat([x.to(dtype), bad]))
+    assert torch.isfinite(out).all()
+    assert torch.allclose(out.norm(dim=1), torch.ones(len(out), dtype=dtype), atol=1e-6)
+    assert torch.equal(out[4:], phi(torch.zeros(3, 1, 4, 4, dtype=dtype)))
+    assert torch.equal(out[:4], phi(x.to(dtype)))
+    total = embedding_sums([(torch.cat([x.to(dtype), bad]), torch.cat([y, torch.tensor([0, 1, 2])]))], phi, K, A)
+    assert torch.isfinite(total).all()
+
+
 def test_adding_or_removing_one_record_moves_the_statistic_by_exactly_the_sensitivity():
     phi = features()
     x, y = records(20, 2)

@@ -76,7 +76,7 @@ def test_evaluate_keeps_the_classifiers_training_state_beside_its_output(tmp_pat
     state = tmp_path / "synthetic.eval.json.downstream-state.pt"
     torch.save({"key": "another training"}, state)
     result = script_here("evaluate.py", f"synthetic={synthetic}", "data=mnist", *FAST_EVAL, cwd=tmp_path)
-    assert result.returncode == 2 and "other data or settings" in result.stdout and str(state) in result.stdout
+    assert result.returncode == 2 and "holds a classifier training" in result.stdout and str(state) in result.stdout
     state.unlink()
     result = script_here("evaluate.py", f"synthetic={synthetic}", "data=mnist", *FAST_EVAL, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -6,6 +6,7 @@ import json
 import shutil
 
 import numpy as np
+import pytest
 
 from dpgen.data import base, partition
 from inprocess import script_here
@@ -43,32 +44,51 @@ def test_a_training_run_with_private_val_never_reads_a_validation_record(tmp_pat
     assert downstream["selection"] == "private_val" and downstream["accuracy"] == downstream["private_val"]["accuracy"]
     assert all(1 <= downstream[key]["epoch"] <= 2 for key in ("synthetic", "private_val", "test"))
     privacy = json.loads((run / "privacy.json").read_text())
-    assert privacy["records"]["private_val"] == {"data": "image_folder", "fraction": 0.4, "seed": 0}
+    held_out = privacy["records"]["private_val"]
+    assert {k: held_out[k] for k in ("data", "fraction", "seed")} == {"data": "image_folder", "fraction": 0.4,
+                                                                       "seed": 0}
+    assert len(held_out["config_sha256"]) == 64  # the data configuration's hash, not the data's
     line = privacy["downstream_selection"]
     assert line["selections"] == 1 and line["epsilon"] == 1000.0  # default: the generator's budget, per selection
     assert line["release"]["epsilon"] == max(privacy["epsilon"], 1000.0)
+    assert "epoch" not in (run / "logs" / "version_0" / "metrics.csv").read_text().splitlines()[0].split(",")
 
-    # evaluate.py on data of that generator (its privacy.json beside): parallel composition, said in its output
+    # evaluate.py on data of that generator (its privacy.json beside), twice: each selection is charged before it
+    # is made, in selections.jsonl beside the file, and all of them add up (parallel with the generator)
     synthetic = tmp_path / "eval" / "synthetic.npz"
     synthetic.parent.mkdir()
     np.savez(synthetic, x=np.random.default_rng(0).random((40, 1, 28, 28), dtype=np.float32), y=np.arange(40) % 2)
     shutil.copyfile(run / "privacy.json", synthetic.parent / "privacy.json")
     fast = [*data, *SMALL_EVAL, "eval.callbacks.downstream.max_epochs=1"]
-    result = script_here("evaluate.py", f"synthetic={synthetic}", *fast, cwd=tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "charged" in result.stdout and "parallel" in result.stdout
-    report = json.loads(synthetic.with_suffix(".eval.json").read_text())
-    assert report["downstream"]["private_val"]["epoch"] == 1
-    assert report["selection_privacy"]["epsilon"] == privacy["epsilon"]  # default: the generator's epsilon
-    assert report["selection_privacy"]["release"]["epsilon"] == privacy["epsilon"]
+    for selections in (2, 3):
+        result = script_here("evaluate.py", f"synthetic={synthetic}", *fast, cwd=tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "charged" in result.stdout and "parallel" in result.stdout
+        report = json.loads(synthetic.with_suffix(".eval.json").read_text())
+        assert report["downstream"]["private_val"]["epoch"] == 1
+        selection = report["selection_privacy"]
+        assert selection["selections"] == selections and selection["epsilon"] == 1000.0 * selections
+        assert selection["release"]["epsilon"] == 1000.0 * selections  # max(eps_gen, sum of the selections)
+        assert [c["by"] for c in selection["charges"]] == ["train.py"] + ["evaluate.py"] * (selections - 1)
+    logged = [json.loads(line) for line in (synthetic.parent / "selections.jsonl").read_text().splitlines()]
+    assert [c["epsilon"] for c in logged] == [1000.0, 1000.0] and all(c["split"] == held_out for c in logged)
 
-    # a generator whose data held no split out: the same selection adds up (sequential composition)
-    del privacy["records"]
-    (synthetic.parent / "privacy.json").write_text(json.dumps(privacy))
-    result = script_here("evaluate.py", f"synthetic={synthetic}", *fast, "eval.private_val.epsilon=0.5", cwd=tmp_path)
-    assert result.returncode == 0 and "sequential" in result.stdout
+    # a stated budget for all selections on this release: one more at 1000 would pass 3500, refused, nothing charged
+    result = script_here("evaluate.py", f"synthetic={synthetic}", *fast, "eval.private_val.budget=3500", cwd=tmp_path)
+    assert result.returncode == 2 and "eval.private_val.budget=3500" in result.stdout
+    assert len((synthetic.parent / "selections.jsonl").read_text().splitlines()) == 2
+
+    # another split (the data configuration differs): this selection and the earlier ones add up with the generator
+    other = script_here("evaluate.py", f"synthetic={synthetic}", *fast, "eval.private_val.epsilon=0.5",
+                        "data.image_size=[28,28]", cwd=tmp_path)
+    assert other.returncode == 0 and "sequential" in other.stdout, other.stdout + other.stderr
     report = json.loads(synthetic.with_suffix(".eval.json").read_text())
-    assert report["selection_privacy"]["release"]["epsilon"] == privacy["epsilon"] + 0.5
+    assert report["selection_privacy"]["release"]["epsilon"] == pytest.approx(privacy["epsilon"] + 3000.5)
+
+    # a generator whose privacy.json states no budget (no guarantee): the selection's epsilon must be given
+    (synthetic.parent / "privacy.json").write_text(json.dumps({"private": False, "guarantee": "none"}))
+    result = script_here("evaluate.py", f"synthetic={synthetic}", *fast, cwd=tmp_path)
+    assert result.returncode == 2 and "eval.private_val.epsilon=<eps>" in result.stdout
 
     # no privacy.json: the selection's budget must be given
     (synthetic.parent / "privacy.json").unlink()

@@ -40,12 +40,13 @@ def test_table_and_plots_of_a_sweep(tmp_path):
     table = (out / "report.md").read_text()
     assert "Runs compared (5)" in table
     # a reproduced code that claims an epsilon without a guarantee: the claim is shown, never as a budget
-    assert "| pategan_2018_code | mnist | none (the code claims 1; no guarantee) | 0.3 |" in table
+    assert "| pategan_2018_code | mnist | none (the code claims 1; no guarantee) | none | 0.3 |" in table
     rows = [line for line in table.splitlines() if line.startswith("| gpate")]
-    assert len(rows) == 2 and "| 1 | 0.5 | - | - |" in rows[0] and "| 10 | 0.8 | - | - |" in rows[1]
+    unknown = "unknown (no privacy.json)"
+    assert len(rows) == 2 and f"| 1 | {unknown} | 0.5 | - | - |" in rows[0] and f"| 10 | {unknown} | 0.8 | - | - |" in rows[1]
     assert "0.99" in rows[0]
-    assert "| gan | mnist | none (not private) | 0.95 | - | - |" in table
-    assert "| pategan | kaggle_credit | 1 |  |  |  | 0.4 | 0.9 |" in table  # three accuracies, auprc, auroc
+    assert "| gan | mnist | none (not private) | none | 0.95 | - | - |" in table
+    assert "| pategan | kaggle_credit | 1 | unknown (no privacy.json) |  |  |  | 0.4 | 0.9 |" in table  # three accuracies, auprc, auroc
     for name in ("utility_vs_epsilon.png", "samples.png"):
         with Image.open(out / name) as image:
             assert image.size[0] > 300 and image.size[1] > 200
@@ -107,8 +108,10 @@ def test_the_three_accuracies_side_by_side_a_dash_where_a_run_has_none_and_the_p
     main([str(tmp_path / "runs"), "--accuracy", "private_val"])
     table = (tmp_path / "runs" / "report.md").read_text()
     head = next(line for line in table.splitlines() if line.startswith("| method"))
-    assert "| budget eps | accuracy (synthetic hold-out) | accuracy (private val, DP) | accuracy (test-chosen, not DP) |" in head
-    assert "| dpmerf | mnist | 1 | 0.6 | 0.7 | 0.8 |" in table and "| gpate | mnist | 1 | 0.5 | - | 0.9 |" in table
+    assert ("| budget eps | guarantee | accuracy (synthetic hold-out) | accuracy (private val selection) | "
+            "accuracy (test-chosen, not DP) |") in head
+    unknown = "unknown (no privacy.json)"
+    assert f"| mnist | 1 | {unknown} | 0.6 | 0.7 | 0.8 |" in table and f"| 1 | {unknown} | 0.5 | - | 0.9 |" in table
     assert drawn == [((1.0,), (0.7,))]  # only the run with a private validation accuracy, at its value
 
 
@@ -123,23 +126,63 @@ def test_a_noise_free_control_is_labelled_in_the_table_and_not_drawn_at_the_budg
     monkeypatch.setattr("dpgen.cli.report.plt.Axes.axhline", lambda ax, *a, **kw: lines.append(a))
     main([str(tmp_path / "runs")])
     table = (tmp_path / "runs" / "report.md").read_text()
-    assert "| dpgan | mnist | none (privacy off) | 0.93 |" in table and "| dpgan | mnist | 1 | 0.4 |" in table
+    assert "| dpgan | mnist | none (privacy off) | none | 0.93 |" in table
+    assert "| dpgan | mnist | 1 | unknown (no privacy.json) | 0.4 |" in table
     assert drawn == [((1.0,), (0.4,))] and lines == []
+
+
+# a G-PATE run's privacy.json: stopped by the data-dependent bound at 0.99, whose DP (data-independent) bound is 1.58
+DATA_DEPENDENT = {"private": True, "epsilon": 0.99, "delta": 1e-5, "governing_bound": "data_dependent",
+                  "conversion": "classical", "total": {"data_dependent": {"classical": {"epsilon": 0.99}},
+                                                       "data_independent": {"classical": {"epsilon": 1.58}}}}
+
+
+def test_each_comparison_cell_is_labelled_by_its_runs_own_guarantee(tmp_path):
+    """A cell's label comes from its run's privacy.json, not from its column: a run without a guarantee says so, a
+    DP run says nothing more, and a control or a run of another budget cannot stand in a DP column."""
+    results = tmp_path / "results"
+    dp = fake_run(results, "dpmerf", "mnist", 1.0, private(1.0, 0.9, 1.0))
+    (dp / "privacy.json").write_text(json.dumps({"private": True, "epsilon": 1.0, "delta": 1e-5,
+                                                 "governing_bound": "data_independent"}))
+    claim = fake_run(results, "pategan_2018_code", "mnist", 1.0, {"privacy": {"private": False, "claimed_epsilon": 1},
+                                                                   "downstream": {"accuracy": 0.8}})
+    (claim / "privacy.json").write_text(json.dumps({"private": False, "guarantee": "none", "claimed_epsilon": 1.0}))
+    ten = fake_run(results, "dpgan", "mnist", 10.0, private(10.0, 0.8, 9.9))
+    (ten / "privacy.json").write_text(json.dumps({"private": True, "epsilon": 9.9, "delta": 1e-5,
+                                                  "governing_bound": "data_independent"}))
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "RESULTS.md").write_text("<!-- comparison -->\n<!-- /comparison -->\n<!-- report -->\n<!-- /report -->\n")
+
+    def block(cells: str) -> str:
+        (results / "comparison.yaml").write_text(f"columns: {{mnist: [1]}}\nmethods:\n  - {{name: X, cells: {cells}}}\n")
+        main([str(results), "--out", str(docs)])
+        return (docs / "RESULTS.md").read_text().split("<!-- comparison -->\n")[1].split("<!-- /comparison -->")[0]
+
+    assert "](results/dpmerf_mnist_1.0) |" in block("{mnist_1: {run: dpmerf_mnist_1.0}}")
+    assert "](results/pategan_2018_code_mnist_1.0) (no DP guarantee) |" in block(
+        "{mnist_1: {run: pategan_2018_code_mnist_1.0}}")
+    with pytest.raises(ValueError, match="at budget 10: not a cell of the eps = 1 column"):
+        block("{mnist_1: {run: dpgan_mnist_10.0}}")
+    table = (docs / "RESULTS.md").read_text().split("<!-- report -->")[1]
+    assert "| none (the code claims 1; no guarantee) | none |" in table and "| 1 | DP eps 1 |" in table
 
 
 def test_the_comparison_table_takes_each_cell_from_the_run_its_spec_names(tmp_path, monkeypatch):
     results = tmp_path / "results"
     three = {"accuracy": 0.25, "synthetic": {"accuracy": 0.25, "epoch": 9},
              "private_val": {"accuracy": 0.3, "epoch": 2}, "test": {"accuracy": 0.625, "epoch": 1}}
-    fake_run(results, "gpate", "mnist", 1.0, {**private(1.0, 0.25, 0.99), "downstream": three})
+    gpate = fake_run(results, "gpate", "mnist", 1.0, {**private(1.0, 0.25, 0.99), "downstream": three})
+    (gpate / "privacy.json").write_text(json.dumps(DATA_DEPENDENT))
     fake_run(results, "gan", "mnist", "inf", {"privacy": {"private": False}, "downstream": {"accuracy": 0.92}})
     fake_run(results, "gpate", "mnist", 10.0, private(10.0, 0.11, 9.9))  # a run no cell names
     drawn = []
     monkeypatch.setattr("dpgen.cli.report.plt.Axes.plot", lambda ax, *points, **kw: drawn.append(points))
     (results / "comparison.yaml").write_text(
         "columns: {mnist: [1, 10]}\nmethods:\n"
-        "  - {name: G-PATE, cells: {mnist_1: gpate_mnist_1.0}, paper: {mnist_1: 0.588, mnist_10: 0.8092}}\n"
-        "  - {name: GAN, cells: {mnist: gan_mnist_inf}, paper: {mnist: 0.9653}}\n"
+        "  - {name: G-PATE, cells: {mnist_1: {experiment: gpate/mnist_eps1, run: gpate_mnist_1.0}},\n"
+        "     paper: {mnist_1: 0.588, mnist_10: 0.8092}}\n"
+        "  - {name: GAN, cells: {mnist: {run: gan_mnist_inf}}, paper: {mnist: 0.9653}}\n"
         "  - {name: Y, notes: {mnist_1: 'no step fits (plan)'}, paper: {mnist_10: 0.6073}, paper_name: Y paper}\n")
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -149,11 +192,12 @@ def test_the_comparison_table_takes_each_cell_from_the_run_its_spec_names(tmp_pa
     block = (docs / "RESULTS.md").read_text().split("<!-- comparison -->\n")[1].split("<!-- /comparison -->")[0]
     assert block.splitlines() == [
         "| method | mnist, eps = 1 | mnist, eps = 10 |", "|---|---:|---:|",
-        "| G-PATE | [25.0 / 30.0 / 62.5](results/gpate_mnist_1.0) (paper 58.80) | not run (paper 80.92) |",
+        "| G-PATE | [25.0 / 30.0 / 62.5](results/gpate_mnist_1.0) (data-dependent eps; DP eps 1.58) (paper 58.80) "
+        "| not run (paper 80.92) |",
         "| GAN | [92.0 / - / -](results/gan_mnist_inf) (paper 96.53) "
         "| [92.0 / - / -](results/gan_mnist_inf) (paper 96.53) |",
         "| Y | no step fits (plan) | not run (Y paper 60.73) |"]
     assert drawn == [((1.0,), (0.25,))]  # the plot draws the cells' runs only
-    (results / "comparison.yaml").write_text("columns: {mnist: [1]}\nmethods:\n  - {name: X, cells: {mnist_1: gone}}\n")
+    (results / "comparison.yaml").write_text("columns: {mnist: [1]}\nmethods:\n  - {name: X, cells: {mnist_1: {run: gone}}}\n")
     with pytest.raises(FileNotFoundError, match="gone .cell X, mnist_1. is no kept run"):
         main([str(results), "--out", str(docs)])

@@ -7,6 +7,7 @@ import torch
 
 from dpgen.aggregation import mean_embedding
 from dpgen.aggregation.mean_embedding import MECHANISM
+from dpgen.privacy.rdp import check_delta_for_size
 from fixtures import write_credit
 from inprocess import script_here
 from test_train_cli import error_line, tiny_images, train
@@ -50,6 +51,38 @@ def test_a_resumed_run_keeps_its_release(tmp_path, monkeypatch):
     assert json.loads((run / "metrics.json").read_text())["steps"] == 5
     resumed = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
     assert torch.equal(first["state_dict"]["target"], resumed["state_dict"]["target"])
+
+
+def test_a_resume_that_would_hold_out_a_split_the_generator_read_is_refused(tmp_path):
+    """The run's one release read every training record: resumed with eval.selection=private_val, its selections
+    would claim a split disjoint from the generator's data. Refused, and so is a resume with another split."""
+    images = tiny_images(tmp_path)
+    assert train(tmp_path, *TINY_DPMERF, *images).returncode == 0
+    held_out = ["eval=default", "eval.selection=private_val", "eval.private_val.fraction=0.4",
+                "~eval.callbacks.image_quality", "eval.callbacks.downstream.max_epochs=1"]
+    resume = f"resume={tmp_path / 'run' / 'checkpoints' / 'last.ckpt'}"
+    result = train(tmp_path, *TINY_DPMERF, *images, *held_out, "trainer.max_steps=5", resume)
+    assert result.returncode == 2 and "held out no private validation split" in error_line(result)
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["steps"] == 3  # nothing was trained on
+
+
+def test_a_delta_that_protects_no_one_is_refused_unless_insisted_on(tmp_path):
+    images = tiny_images(tmp_path)  # at most 16 training records: 1/N >= 0.0625
+    result = train(tmp_path, *TINY_DPMERF, *images, "privacy.delta=0.5")
+    assert result.returncode == 2 and "privacy.delta=0.5 is not below 1/N" in error_line(result)
+    assert "1e-5 for 60,000 records" in error_line(result) and not (tmp_path / "run" / "privacy.json").exists()
+    result = train(tmp_path, *TINY_DPMERF, *images, "privacy.delta=0.5", "privacy.allow_large_delta=true")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    caveats = json.loads((tmp_path / "run" / "privacy.json").read_text())["caveats"]
+    assert any("allow_large_delta=true" in c for c in caveats)
+
+
+def test_delta_is_checked_against_one_over_the_number_of_records():
+    check_delta_for_size(1e-5, 60_000)  # the usual choice: 0.6 / N
+    check_delta_for_size(0.0099, 100)
+    for delta, n in [(0.01, 100), (1e-5, 100_000), (0.5, 16)]:
+        with pytest.raises(ValueError, match="not below 1/N"):
+            check_delta_for_size(delta, n)
 
 
 # Tables: the downstream AUROC / AUPRC evaluation on (few) samples of the released generator

@@ -109,6 +109,14 @@ def test_csv_nan_names_column_and_line(tmp_path):
         dm.setup()
 
 
+def test_csv_value_beyond_float32_is_refused_not_passed_on_as_inf(tmp_path):
+    # 1e39 is finite in float64 (the parse) but inf in float32 (the records): caught after the cast
+    dm = CSVDataModule(path=write(tmp_path, "a,b,target\n1,2,0\n3,1e39,1\n1,2,0\n3,4,1\n"), label="target",
+                       classes=[0, 1], scaling="none", test_fraction=0.5)
+    with pytest.raises(DataFormatError, match="column 'b' has a value beyond float32's range"):
+        dm.setup()
+
+
 def test_csv_unknown_label_value(tmp_path):
     dm = CSVDataModule(path=write(tmp_path, TABLE), label="target", classes=["no", "maybe"], default_range=[0, 50])
     with pytest.raises(DataFormatError, match="value 'yes' at line 2, not one of the configured classes"):

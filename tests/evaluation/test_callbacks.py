@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from dpgen.callbacks.downstream import DownstreamUtility, EvaluationCallback, flatten
 from dpgen.callbacks.image_quality import ImageQuality
 from dpgen.evaluation.fidelity import save_classifier, weights_hash
+from dpgen.privacy.selection import SelectionBudgetError
 
 
 class RealData(pl.LightningModule):
@@ -53,6 +54,7 @@ class Data(pl.LightningDataModule):
         super().__init__()
         self.train_data, self.test_data = SimpleNamespace(x=train[0], y=train[1]), SimpleNamespace(x=test[0], y=test[1])
         self.all_train_data, self.private_val_data = self.train_data, None
+        self.private_val_split_descriptor = {"data": self.name, "fraction": 0.1, "seed": 0, "config_sha256": "c"}
 
     def train_dataloader(self):
         return DataLoader(TensorDataset(torch.zeros(64, 1)), batch_size=8)
@@ -211,11 +213,17 @@ def test_private_val_selections_are_counted_and_added_to_privacy_json_when_train
     results = callback.run(trainer, RealData(x[:500], y[:500], 10))  # an evaluation during training
     assert results["selection"] == "private_val" and results["accuracy"] == results["private_val"]["accuracy"]
     assert {results[key]["epoch"] for key in ("synthetic", "private_val", "test")} <= {1, 2}
-    assert results["private_val"]["epsilon"] == 0.5 and callback.state_dict() == {"selections": 1}
+    charge = {"epsilon": 0.5, "disjoint": True, "split": dm.private_val_split_descriptor, "by": "train.py"}
+    assert results["private_val"]["epsilon"] == 0.5 and callback.state_dict() == {"charges": [charge]}
     callback.on_train_end(trainer, RealData(x[:500], y[:500], 10))  # the final evaluation, then the line
     line = json.loads((tmp_path / "privacy.json").read_text())["downstream_selection"]
     assert line["selections"] == 2 and line["epsilon"] == 1.0 and line["release"]["epsilon"] == 2.0
     assert line["release"]["composition"].startswith("parallel") and line["release"]["delta"] == 1e-5
+    # a stated budget for the selections: a third at 0.5 would pass 1.2, refused (it is charged before it is made)
+    callback.private_val_budget = 1.2
+    with pytest.raises(SelectionBudgetError, match="eval.private_val.budget=1.2"):
+        callback.charge_selection(dm)
+    assert len(callback.charges) == 2
 
 
 def test_a_selection_the_data_cannot_serve_is_refused_before_training():

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 import torch
 
@@ -154,8 +156,11 @@ def test_a_killed_classifier_training_continues_from_its_state_file_to_the_same_
     with pytest.raises(KeyboardInterrupt):
         fit(state)
     assert state.is_file() and saves == [1, 2]
-    with pytest.raises(ValueError, match="other data or settings"):
+    with pytest.raises(ValueError, match="with other settings"):
         train_classifier(reference_script_cnn(1, 10, 28), x[:300], y[:300], state_file=state, **{**kwargs, "lr": 0.01})
+    with pytest.raises(ValueError, match="of other data") as refused:  # the data's digest is never shown
+        train_classifier(reference_script_cnn(1, 10, 28), x[:299], y[:299], state_file=state, **kwargs)
+    assert not re.search("[0-9a-f]{64}", str(refused.value))
     monkeypatch.setattr(training.Resumable, "save", save)
     resumed, resumed_fit = fit(state)
     assert not state.exists()

@@ -206,6 +206,16 @@ def test_pld_budget_is_checked_after_each_step_and_rolls_back(tmp_path):
     assert model.pld_ready and not tiny(accounting="clt").pld_ready
 
 
+def test_pld_with_the_papers_answered_only_vote_charge_is_refused(tmp_path):
+    """vote_charge=answered charges a number of votes that the checks choose: no proof covers its PLD composition,
+    so a run under conversion=pld is refused before its first step, not reported as a bound."""
+    model = tiny(sigma1=20.0, sigma2=20.0, noise_multiplier=1.0, vote_charge="answered")
+    assert not model.pld_ready
+    budget = PrivacyBudget(epsilon=4.0, delta=1e-5, bound="data_independent", conversion="pld")
+    with pytest.raises(Exception, match="vote_charge=every"):
+        fit(model, steps=5, callbacks=[budget], root=str(tmp_path))
+
+
 def test_tiny_run_lowers_the_teacher_loss(monkeypatch):
     """Measured over six noise seeds: teacher loss 1.387 -> 1.27-1.28 (mean of the last 5 of 30 steps). The
     classifier's loss stays at chance (0.68-0.76) on this toy even after 120 steps, so it is not asserted: C

@@ -10,12 +10,11 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from dpgen.aggregation import pate_vote, score_vote
+from dpgen.aggregation import pate_vote
 from dpgen.callbacks.privacy_budget import PrivacyBudget
 from dpgen.cli.common import CONF_DIR
 from dpgen.cli.train import build_datamodule, build_method
 from dpgen.data.base import DPGenDataModule, TensorData
-from dpgen.methods import pategan
 from dpgen.methods.pategan import MECHANISM, PATEGAN
 from dpgen.privacy.rdp import DEFAULT_ORDERS
 from teacher_spy import spy_teacher_records
@@ -244,229 +243,15 @@ def test_votes_real_logs_the_share_of_released_real_labels(monkeypatch):
     assert not any(key.startswith("private/") for entry in logged for key in entry)  # a released quantity
 
 
-def generated_sum(model, n=2000) -> float:
-    with torch.no_grad():
-        x, _ = model.generated(n)
-    return float(x.sum(1).mean())
-
-
-def test_pairwise_vote_ranks_two_samples_and_the_generator_climbs_the_ranking(monkeypatch):
-    """Teachers that score a sample by its feature sum and call every generated sample fake (logit sum - 100):
-    under the paper's vote every released label is "fake" and the generator learns nothing of the ranking;
-    under `vote=pairwise` a query asks which of two samples of one label scores higher, one charge per pair,
-    under `vote=median` whether a sample scores above the median of its label's samples, one charge per sample;
-    the released answer is the teachers' ranking, and the generator raises the feature sum the teachers prefer."""
-    ranked = {}
-    vote_batch = pategan.laplace_vote_batch
-    for vote in ("sample", "pairwise", "median"):
-        torch.manual_seed(0)
-        model = tiny(lam=1000.0, vote=vote)  # noise of scale 1e-3 votes: the released label is the majority
-        queries = []
-
-        def teachers(x, y):
-            queries.append((x.detach().clone(), y.clone()))
-            return x.sum(1)[None].expand(TEACHERS, -1) - 100.0
-
-        monkeypatch.setattr(model.ensemble, "predict_logits", teachers)
-        releases = []  # each student step's release
-        monkeypatch.setattr(pategan, "laplace_vote_batch",
-                            lambda *a, out=releases: out.append(vote_batch(*a)) or out[-1])
-        logged = spy_logs(model)
-        before = generated_sum(model)
-        fit(model, steps=100)
-        ranked[vote] = generated_sum(model) - before
-        entry = model.ledger.summary(1e-5)["mechanisms"][MECHANISM]
-        assert entry["count"] == 100 * model.queries_per_step() == 100 * 5 * 16  # one query per sample or pair
-        if vote == "sample":
-            assert {e["votes/real"] for e in logged} == {0.0}
-        elif vote == "pairwise":  # each student step asks 16 pairs (u, v); "u" is released iff sum(u) > sum(v)
-            assert len(queries) == 2 * 100 * model.student_steps
-            (u, _), (v, _) = queries[-2], queries[-1]
-            labels = (u.sum(1) > v.sum(1)).long().numpy()
-            assert (releases[-1].labels == labels).all() and 0 < labels.mean() < 1
-        else:  # 16 samples; "real" iff sum(u) is above the (lower) median sum of the samples of its label
-            assert len(queries) == 100 * model.student_steps
-            u, y = queries[-1]
-            medians = {int(c): u[y == c].sum(1).sort().values[(int((y == c).sum()) - 1) // 2] for c in y.unique()}
-            labels = np.array([float(s) > float(medians[int(c)]) for s, c in zip(u.sum(1), y)])
-            assert (releases[-1].labels == labels).all() and 0 < labels.mean() <= 0.5  # at most half per label
-    # of a sum in [0, 4], about 2 at the start
-    assert ranked["pairwise"] > 1.0 and ranked["median"] > 1.0 and ranked["sample"] < 0, ranked
-    with pytest.raises(ValueError, match="vote must be one of"):
-        tiny(vote="triple")
-
-
-def test_teachers_pause_while_the_released_vote_calls_too_few_samples_real(monkeypatch):
-    """pause_teachers_below = 0.25: an iteration's teacher steps are skipped when the previous iteration's released
-    labels called fewer than a quarter of the generated samples real; every query is still made and charged, and
-    the rule reads the released labels (here the noise's), not the teachers' votes (here all "fake")."""
-    model = tiny(pause_teachers_below=0.25)
-    n = model.batch_size
-    real = iter([r for r in (8, 0, 4, 12) for _ in range(model.student_steps)])  # released "real" labels, iterations 1-4
-    vote_batch = pategan.laplace_vote_batch
-
-    def noisy_release(logits, *args):
-        release = vote_batch(-torch.ones_like(logits), *args)  # every teacher votes "fake"
-        release.labels[:] = np.arange(n) < next(real)  # ... and the noise flipped some labels
-        return release
-
-    monkeypatch.setattr(pategan, "laplace_vote_batch", noisy_release)
-    seen = spy_teacher_records(model, monkeypatch, RECORDS)
-    logged = spy_logs(model)
-    fit(model, steps=4)
-    assert [e["votes/real"] for e in logged] == [8 / n, 0.0, 4 / n, 12 / n]  # 50%, 0%, 25%, 75%
-    assert [e["teachers/trained"] for e in logged] == [1.0, 1.0, 0.0, 1.0]  # the first: no vote yet
-    assert len(seen) == 3 * model.teacher_steps
-    assert model.ledger.summary(1e-5)["mechanisms"][MECHANISM]["count"] == 4 * model.queries_per_step()
-    for bad in (-0.1, 1.5):
-        with pytest.raises(ValueError, match="pause_teachers_below"):
-            tiny(pause_teachers_below=bad)
-    with pytest.raises(ValueError, match="vote=sample"):
-        tiny(pause_teachers_below=0.1, vote="pairwise")
-
-
-def test_a_checkpoint_from_before_the_pause_rule_resumes(tmp_path):
-    """A checkpoint without the `last_real_share` buffer (written before pause_teachers_below existed) resumes,
-    with the teachers training as they did then."""
+def test_a_checkpoint_with_the_teacher_pause_buffer_resumes(tmp_path):
+    """A checkpoint that holds `last_real_share` (the buffer of a teacher pause PATE-GAN no longer has) resumes."""
     trainer, _ = fit(tiny(), steps=1, root=tmp_path)
     path = tmp_path / "old.ckpt"
     trainer.save_checkpoint(path)
     checkpoint = torch.load(path, weights_only=False)
-    del checkpoint["state_dict"]["last_real_share"]
+    checkpoint["state_dict"]["last_real_share"] = torch.tensor(1.0)
     torch.save(checkpoint, path)
-    model = tiny()
     trainer = pl.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False)
-    trainer.fit(model, datamodule=Toy(batch_size=40, n_teachers=TEACHERS), ckpt_path=path)
+    trainer.fit(tiny(), datamodule=Toy(batch_size=40, n_teachers=TEACHERS), ckpt_path=path)
     assert trainer.global_step == 2  # the second step ran on the resumed state
-
-
-def test_wasserstein_student_is_a_clipped_critic_the_generator_climbs(monkeypatch):
-    """student_loss=wasserstein: teachers that call a generated sample real iff its feature sum is above the
-    batch's median. The student, a critic raised on samples voted real and lowered on those voted fake, keeps
-    every weight within +-student_clip, student and generator use RMSProp, every query is charged as under the
-    paper's student, and the generator raises the feature sum the teachers prefer."""
-    torch.manual_seed(0)
-    model = tiny(lam=1000.0, student_loss="wasserstein", student_clip=0.05)
-    monkeypatch.setattr(model.ensemble, "predict_logits",
-                        lambda x, y: (x.sum(1) - x.sum(1).median())[None].expand(TEACHERS, -1))
-    before = generated_sum(model)
-    trainer, _ = fit(model, steps=100)
-    assert generated_sum(model) - before > 0.5, (before, generated_sum(model))  # of a sum in [0, 4]
-    bound = torch.tensor(0.05)  # the clip in the parameters' float32
-    assert all(bool(p.detach().abs().max() <= bound) for p in model.student.parameters())
-    assert any(bool(p.detach().abs().max() == bound) for p in model.student.parameters())  # the clip was reached
-    assert {type(opt) for opt in trainer.optimizers} == {torch.optim.RMSprop}
-    assert model.ledger.summary(1e-5)["mechanisms"][MECHANISM]["count"] == 100 * model.queries_per_step()
-    with pytest.raises(ValueError, match="student_loss must be one of"):
-        tiny(student_loss="hinge")
-    with pytest.raises(ValueError, match="vote=sample"):
-        tiny(student_loss="wasserstein", vote="pairwise")
-    with pytest.raises(ValueError, match="student_clip"):
-        tiny(student_loss="wasserstein", student_clip=0)
-
-
-def test_score_vote_releases_the_clipped_mean_score_and_the_generator_climbs_it(monkeypatch):
-    """vote=score: teachers that score a sample by its feature sum (in [0, 4]) minus 5, so every binary vote would
-    say "fake". Each student step releases their mean clipped score plus Gaussian noise of the announced std, is charged
-    as one (1 / score_noise)-GDP release, and the generator raises the score the teachers prefer; with the clip
-    below the teachers' logits every released score is the clip's, so the ranking is lost."""
-    releases = []
-    release_scores = score_vote.score_vote
-    monkeypatch.setattr(score_vote, "score_vote", lambda *a, out=releases: out.append(release_scores(*a)) or out[-1])
-    climbed = {}
-    for clip in (10.0, 0.5):
-        torch.manual_seed(0)
-        model = tiny(vote="score", score_clip=clip, score_noise=0.01)
-        queries = []
-
-        def teachers(x, y):
-            queries.append(x.detach().clone())
-            return x.sum(1)[None].expand(TEACHERS, -1) - 5.0
-
-        monkeypatch.setattr(model.ensemble, "predict_logits", teachers)
-        logged = spy_logs(model)
-        before = generated_sum(model)
-        fit(model, steps=100)
-        climbed[clip] = generated_sum(model) - before
-        expected = (queries[-1].sum(1) - 5.0).clamp(-clip, clip)
-        sigma = 0.01 * 2 * clip * math.sqrt(model.batch_size) / TEACHERS
-        assert releases[-1].sigma == pytest.approx(sigma)
-        assert float((releases[-1].scores - expected).abs().max()) < 5 * sigma
-        entry = model.ledger.summary(1e-5)["mechanisms"][score_vote.MECHANISM]
-        assert entry["count"] == 100 * model.student_steps  # one Gaussian release per student step
-        assert model.ledger.mu() == pytest.approx(math.sqrt(100 * model.student_steps) / 0.01)
-        assert "votes/score" in logged[-1] and "votes/real" not in logged[-1]
-        assert {e["teachers/trained"] for e in logged} == {1.0}
-    assert climbed[10.0] > 1.0 and abs(climbed[0.5]) < climbed[10.0] / 2, climbed  # of a sum in [0, 4]
-    assert all(float(r.scores.mean()) == pytest.approx(-0.5, abs=0.01) for r in releases[-5:])
-    with pytest.raises(ValueError, match="score_clip > 0 and score_noise > 0"):
-        tiny(vote="score", score_noise=0)
-    with pytest.raises(ValueError, match="vote=sample"):
-        tiny(student_loss="wasserstein", vote="score")
-
-
-def test_score_vote_budget_stops_where_the_gaussian_composition_reaches_epsilon(tmp_path):
-    """Each step is student_steps Gaussian releases: the run stops before the step that would exceed eps = 2 under
-    the exact GDP conversion, at the planner's count, whatever the teachers' scores."""
-    model = tiny(vote="score", score_noise=20.0)
-    fits = model.step_cost().steps(2.0, 1e-5, "data_dependent", "gdp")
-    assert 10 <= fits < 100
-    budget = PrivacyBudget(epsilon=2.0, delta=1e-5, bound="data_dependent", conversion="gdp")
-    trainer, _ = fit(model, steps=200, callbacks=[budget], root=str(tmp_path))
-    assert trainer.global_step == fits
-    report = json.loads((tmp_path / "privacy.json").read_text())
-    assert report["stop"]["discarded_steps"] == 0
-    assert model.ledger.epsilon(1e-5, "data_dependent", "gdp")[0] <= 2.0
-
-
-def test_instance_noise_noises_every_input_of_the_teachers_and_the_student(monkeypatch):
-    """instance_noise = s: the teachers train on their records and on generated samples each plus N(0, s^2) noise,
-    the vote is taken on noised generated samples, the student learns the released labels on exactly those, and
-    the generator is trained through the student on noised samples; queries and charges are the paper's."""
-    sigma = 0.2
-    torch.manual_seed(0)
-    model = tiny(instance_noise=sigma, batch_size=64)
-    # in order: ("g", clean generator output), ("batch", x), ("teach", real, fake), ("query", x), ("student", x)
-    events = []
-    forward, train_step, predict, student = model.net_g.forward, model.ensemble.train_step, \
-        model.ensemble.predict_logits, model.student.forward
-    training_step = model.training_step
-    monkeypatch.setattr(model.net_g, "forward", lambda *a: events.append(("g", forward(*a))) or events[-1][1])
-    monkeypatch.setattr(model, "training_step", lambda batch, *a: events.append(("batch", batch[0])) or
-                        training_step(batch, *a))
-    monkeypatch.setattr(model.ensemble, "train_step", lambda rx, ry, fx, fy: events.append(("teach", rx, fx)) or
-                        train_step(rx, ry, fx, fy))
-    monkeypatch.setattr(model.ensemble, "predict_logits", lambda x, y: events.append(("query", x)) or predict(x, y))
-    monkeypatch.setattr(model.student, "forward", lambda x, y: events.append(("student", x)) or student(x, y))
-    fit(model, steps=3, teacher_batch=320)
-
-    def assert_noise(a, b):  # a - b is N(0, sigma^2) noise: mean and std within 5 standard errors
-        noise = (a - b).detach().flatten()
-        n = len(noise)
-        assert abs(float(noise.mean())) < 5 * sigma / n ** 0.5
-        assert abs(float(noise.std()) - sigma) < 5 * sigma / (2 * n) ** 0.5
-
-    b = 320 // model.teacher_steps
-    teach = queries = steps = 0
-    for i, event in enumerate(events):
-        clean = next((e[1] for e in reversed(events[:i]) if e[0] == "g"), None)
-        if event[0] == "batch":
-            batch, chunk = event[1], 0
-        elif event[0] == "teach":  # records: the batch's chunk plus noise; fakes: the last generator batch plus noise
-            records = batch[:, chunk * b:(chunk + 1) * b]
-            chunk, teach = chunk + 1, teach + 1
-            assert_noise(event[1], records)
-            assert_noise(event[2], clean)
-        elif event[0] == "query":  # the vote's samples are noised, and the student learns on those very tensors
-            queries += 1
-            assert_noise(event[1], clean)
-            assert events[i + 1][0] == "student" and torch.equal(events[i + 1][1], event[1])
-        elif event[0] == "student" and events[i - 1][0] == "g":  # the generator step: through noise, to G
-            steps += 1
-            assert event[1].requires_grad
-            assert_noise(event[1], clean)
-    assert (teach, queries, steps) == (3 * model.teacher_steps, 3 * model.student_steps, 3)
-    assert model.ledger.summary(1e-5)["mechanisms"][MECHANISM]["count"] == 3 * model.queries_per_step()
-    with pytest.raises(ValueError, match="instance_noise"):
-        tiny(instance_noise=-0.1)

@@ -1,5 +1,4 @@
 """The conditional image generator's initialisation options (nn/generator.py)."""
-import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -86,38 +85,3 @@ def test_generate_with_batch_statistics_samples_per_batch_and_leaves_the_net_unc
     g.load_state_dict(before)
     torch.manual_seed(1)
     assert not torch.allclose(generate(g, labels, 8), x, atol=1e-3)  # running statistics: other samples
-
-
-def test_dct_basis_is_scipys_orthonormal_dct_of_the_lowest_frequencies():
-    from scipy.fft import idctn
-
-    from dpgen.nn.generator import dct_basis
-    basis = dct_basis(6, 3)
-    assert basis.shape == (9, 36)
-    torch.testing.assert_close(basis @ basis.T, torch.eye(9))
-    for a in range(3):
-        for b in range(3):
-            unit = np.zeros((6, 6))
-            unit[a, b] = 1.0
-            expected = torch.as_tensor(idctn(unit, norm="ortho"), dtype=torch.float32).flatten()
-            torch.testing.assert_close(basis[3 * a + b], expected)
-
-
-def test_basis_generator_draws_sigmoids_of_the_low_frequency_subspace_and_starts_near_grey():
-    from scipy.fft import dctn
-
-    from dpgen.methods.pategan import PATEGAN
-    from dpgen.nn.generator import ConditionalBasisGenerator
-    torch.manual_seed(0)
-    g = PATEGAN((1, 28, 28), 10, "image", n_teachers=2, lam=1.0, z_dim=20,
-                generator=dict(basis_size=8, hidden=[64])).net_g
-    assert isinstance(g, ConditionalBasisGenerator)
-    x = g(torch.rand(32, 20) * 2 - 1, torch.arange(32) % 10).detach()
-    assert x.shape == (32, 1, 28, 28) and 0 < x.min() and x.max() < 1
-    assert (x - 0.5).abs().mean() < 0.15  # measured 0.085: a tenth of the initial weights in the last layer
-    coefficients = dctn(torch.logit(x.double())[:, 0].numpy(), axes=(1, 2), norm="ortho")
-    inside = np.abs(coefficients[:, :8, :8]).max()
-    outside = max(np.abs(coefficients[:, 8:]).max(), np.abs(coefficients[:, :, 8:]).max())
-    assert inside > 1 and outside < 1e-3 * inside  # float32 rounding of the sigmoid only
-    with pytest.raises(ValueError, match="basis_size"):
-        ConditionalBasisGenerator((1, 28, 28), 10, basis_size=29)

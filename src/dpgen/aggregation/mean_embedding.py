@@ -49,6 +49,9 @@ class RandomFourierFeatures(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         wx = x.flatten(1).to(self.w.dtype) @ self.w.T
+        # a row with a non-finite input or product (inf, NaN, or overflow) maps to phi(0) = [1, .., 1, 0, .., 0] /
+        # sqrt(D / 2), a fixed public unit vector, so that |phi(x)| = 1 holds for every input (the sensitivity)
+        wx = torch.where(wx.isfinite().all(1, keepdim=True), wx, torch.zeros_like(wx))
         return torch.cat([wx.cos(), wx.sin()], 1) / math.sqrt(self.n_features / 2)
 
 

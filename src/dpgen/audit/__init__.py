@@ -1,2 +1,2 @@
-"""Empirical privacy audits: canaries inserted into a real training run, scored from what the run releases, and
-an epsilon lower bound from one run (`python -m dpgen.audit`; the bound itself is dpgen.privacy.audit)."""
+"""Empirical privacy audits (`python -m dpgen.audit`): canaries inserted into a real training run and scored from
+what the run releases (canaries.py), and the epsilon lower bound of one run (bound.py)."""

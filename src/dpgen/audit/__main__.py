@@ -1,6 +1,6 @@
 """`python -m dpgen.audit method=<dpgan|dpcgan|gpate|dpmerf> data=<d> privacy.epsilon=<eps> [audit.canaries=m]`:
 one training run with canaries (dpgen.audit.canaries: gradient canaries for the DP-SGD methods, vote canaries for
-G-PATE, embedding canaries for DP-MERF), then the one-run epsilon lower bound (dpgen.privacy.audit) beside the
+G-PATE, embedding canaries for DP-MERF), then the one-run epsilon lower bound (dpgen.audit.bound) beside the
 epsilon the run claims, in <run>/audit.json."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from dpgen.callbacks.checkpoint_io import atomic_save
 from dpgen.cli.common import CONF_DIR, USER_ERRORS, check_config, command_line, run_job
 from dpgen.cli.train import run
 from dpgen.files import atomic_write_text
-from dpgen.privacy.audit import audit_scores
+from dpgen.audit.bound import audit_scores
 
 THREAT_MODELS = {
     GradientCanaries: "white-box: Dirac gradient canaries, the privatized gradient sum of every DP-SGD step seen",

@@ -16,8 +16,8 @@ import torch
 
 from dpgen.callbacks.release import AtTrainEnd
 from dpgen.evaluation.downstream import SELECTIONS, image_accuracy, tabular_evaluation, tabular_scores
-from dpgen.files import atomic_write_text
-from dpgen.privacy.selection import MECHANISM, report_noisy_max, selection_report
+from dpgen.files import append_json_line, atomic_write_text
+from dpgen.privacy.selection import MECHANISM, charge, report_noisy_max, selection_report
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,9 @@ class DownstreamUtility(EvaluationCallback):
     `selection` names the protocol whose epoch gives `accuracy` (images; all three are reported, each with its
     epoch): "synthetic", "private_val" (the datamodule's `private_val_data`, by Report Noisy Max with
     `private_val_epsilon` per evaluation; the selections' line is added to the run's privacy.json when training
-    ends) or "test" (not DP)."""
+    ends) or "test" (not DP). Each selection is charged before it is made (`charges`, after the `earlier` ones
+    made on the same release; also appended to the JSON-lines file `charge_log` when one is given), and refused
+    when it would take them past `private_val_budget` (None: no stated budget)."""
 
     name = "downstream"
 
@@ -127,14 +129,23 @@ class DownstreamUtility(EvaluationCallback):
         state_file: str | None = None,
         selection: str = "synthetic",
         private_val_epsilon: float | None = None,
+        private_val_budget: float | None = None,
+        charge_log: str | None = None,
     ):
         super().__init__(every_n_steps, n_samples, at_end, seed)
         if selection not in SELECTIONS:
             raise ValueError(f"selection must be one of {SELECTIONS}, got {selection!r}")
         if private_val_epsilon is not None and not private_val_epsilon > 0:
             raise ValueError(f"the private validation selection's epsilon must be > 0, got {private_val_epsilon}")
+        if private_val_budget is not None and not private_val_budget > 0:
+            raise ValueError(f"the private validation selections' budget must be > 0, got {private_val_budget}")
         self.selection, self.private_val_epsilon = selection, private_val_epsilon
-        self.selections = 0  # private validation selections made so far (this run's, resumed ones included)
+        self.private_val_budget, self.charge_log = private_val_budget, charge_log
+        self.earlier: list[dict] = []  # charges made on this release before (evaluate.py: its privacy.json, log)
+        self.charges: list[dict] = []  # this callback's charges (this run's, resumed ones included)
+        # In training the datamodule holds the split out before anything else reads the training data: the
+        # selections read records disjoint from the generator's. evaluate.py sets both from what it evaluates.
+        self.disjoint_from_generator, self.charged_by = True, "train.py"
         self.val_fraction, self.max_epochs, self.patience = val_fraction, max_epochs, patience
         self.state_file = state_file
         self.optimizer, self.lr, self.batch_size, self.cnn = optimizer, lr, batch_size, cnn
@@ -160,21 +171,32 @@ class DownstreamUtility(EvaluationCallback):
     def train_ended(self, trainer, pl_module):
         super().train_ended(trainer, pl_module)
         privacy = Path(trainer.default_root_dir) / "privacy.json"  # PrivacyBudget's, written when training ended
-        if self.selections and trainer.is_global_zero and privacy.is_file():
+        if self.charges and trainer.is_global_zero and privacy.is_file():
             report = json.loads(privacy.read_text())
-            # the datamodule held the split out before anything else read the training data: disjoint records
-            report["downstream_selection"] = self.selection_privacy(report, disjoint=True)
+            report["downstream_selection"] = self.selection_privacy(report)
             atomic_write_text(privacy, json.dumps(report, indent=2) + "\n")
 
-    def selection_privacy(self, generator: dict | None, disjoint: bool) -> dict:
-        """The privacy.json line of this callback's private validation selections (privacy.selection)."""
-        return selection_report(self.private_val_epsilon, self.selections, generator, disjoint)
+    def selection_privacy(self, generator: dict | None) -> dict:
+        """The privacy.json line of every private validation selection made on this release (privacy.selection)."""
+        return selection_report([*self.earlier, *self.charges], generator)
+
+    def charge_selection(self, dm) -> None:
+        """Charge one selection on `dm`'s split before it is made (privacy.selection.charge)."""
+        made = charge(self.private_val_epsilon, self.disjoint_from_generator, dm.private_val_split_descriptor,
+                      self.charged_by, [*self.earlier, *self.charges], self.private_val_budget)
+        if self.charge_log is not None:
+            append_json_line(self.charge_log, made)
+        self.charges.append(made)
 
     def state_dict(self):
-        return {"selections": self.selections}
+        return {"charges": self.charges}
 
     def load_state_dict(self, state_dict):
-        self.selections = state_dict["selections"]
+        if "charges" in state_dict:
+            self.charges = list(state_dict["charges"])
+        else:  # a checkpoint of an older dpgen: a count of selections at this callback's epsilon
+            self.charges = [{"epsilon": self.private_val_epsilon, "disjoint": True, "split": None,
+                             "by": self.charged_by} for _ in range(int(state_dict["selections"]))]
 
     def evaluate(self, trainer, pl_module) -> dict:
         test = trainer.datamodule.test_data
@@ -192,6 +214,7 @@ class DownstreamUtility(EvaluationCallback):
         if test.x.dim() == 4:
             private, choose = None, None
             if self.selection == "private_val":
+                self.charge_selection(dm)  # before any private record is read
                 private = (dm.private_val_data.x, dm.private_val_data.y)
                 rng = np.random.default_rng()  # the noise's source: fresh operating-system entropy, not the seed
 
@@ -205,7 +228,6 @@ class DownstreamUtility(EvaluationCallback):
                 selection=self.selection, private_val=private, choose=choose,
             )
             if private is not None:
-                self.selections += 1
                 results["private_val"].update(mechanism=MECHANISM, epsilon=self.private_val_epsilon)
             return results
         if self.ranking:

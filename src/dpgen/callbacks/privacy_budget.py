@@ -13,10 +13,11 @@ from dpgen.files import atomic_write_text
 from dpgen.privacy.ledger import ALL_CONVERSIONS, NEIGHBOURING, PrivacyLedger
 from dpgen.privacy.plan import largest_fitting
 from dpgen.privacy.pld import epsilon_pld, merged
-from dpgen.privacy.rdp import check_delta
+from dpgen.privacy.rdp import check_delta, check_delta_for_size
 
 LEDGER_KEY = "privacy_ledger"
 STOP_KEY = "privacy_budget_stop"  # a budget stop and the budget it was made under, for a resumed run
+SPLIT_KEY = "private_val_split"  # the held-out private validation split's descriptor (None: none), for a resumed run
 PLAN_HINT = "`python -m dpgen.cli.plan <the same overrides>` prints how many steps a budget buys"
 PRIVATE_LOGS = ("log_private_losses=true: metrics.csv, train.log and the W&B run hold losses computed on private "
                 "records without noise (keys private/...); they are not covered by this guarantee and must stay "
@@ -39,6 +40,24 @@ PLAN_LOG_EVERY = 100  # the fixed-cost PLD path logs the spent epsilon every thi
 class BudgetError(ValueError):
     """The privacy configuration cannot be honoured (bad epsilon / delta / conversion, or a budget too small for
     even one step): raised before any training step runs, or when training ends without a released step."""
+
+
+def held_out_split(trainer) -> dict | None:
+    """The descriptor of the private validation split the trainer's datamodule holds out (None: none)."""
+    return getattr(getattr(trainer, "datamodule", None), "private_val_split_descriptor", None)
+
+
+def check_same_split(checkpoint: dict, split: dict | None) -> None:
+    """BudgetError unless a resumed run holds out the very split (or none) its checkpoint's run held out: the
+    generator read every record outside that split, so a resume that moves records across it would claim a
+    disjointness that does not hold. A checkpoint that names no split (an older dpgen) resumes only without one."""
+    saved = checkpoint.get(SPLIT_KEY)
+    if saved != split:
+        said = "no private validation split" if saved is None else f"the private validation split {saved}"
+        raise BudgetError(f"this checkpoint's run held out {said}, and this run "
+                          f"{'none' if split is None else split}: its generator read the records outside the "
+                          "first, so resume it with the same data and eval settings (eval.selection, "
+                          "eval.private_val.fraction, seed, data.*)")
 
 
 class PrivacyBudget(WritesAtTrainEnd):
@@ -89,7 +108,7 @@ class PrivacyBudget(WritesAtTrainEnd):
     """
 
     def __init__(self, epsilon: float, delta: float, bound: str = "data_dependent",
-                 conversion: str = "classical", filename: str = "privacy.json"):
+                 conversion: str = "classical", filename: str = "privacy.json", allow_large_delta: bool = False):
         if not float(epsilon) > 0:
             raise BudgetError(f"privacy.epsilon must be > 0, got {epsilon}")
         self.epsilon = float(epsilon)
@@ -102,6 +121,7 @@ class PrivacyBudget(WritesAtTrainEnd):
         self.bound = bound
         self.conversion = conversion
         self.filename = filename
+        self.allow_large_delta = bool(allow_large_delta)
         self._model_snapshot: dict[str, torch.Tensor] | None = None
         self._optimizer_snapshot: list[dict] | None = None
         self._ledger_snapshot: dict | None = None
@@ -159,6 +179,17 @@ class PrivacyBudget(WritesAtTrainEnd):
         plan = self._pld_plan
         return merged(ledger.pld_events()) == merged(plan["after"](plan["taken"]))
 
+    def _check_delta(self, trainer) -> None:
+        """BudgetError unless delta < 1/N, N the training records (the held-out split included: all are
+        protected), unless `allow_large_delta`. N is read by the data holder's own process and only decides a
+        refusal: neither it nor anything computed from it is written anywhere."""
+        data = getattr(getattr(trainer, "datamodule", None), "all_train_data", None)
+        if data is not None and not self.allow_large_delta:
+            try:
+                check_delta_for_size(self.delta, len(data))
+            except ValueError as err:
+                raise BudgetError(str(err)) from err
+
     def _check_budget(self, pl_module):
         """BudgetError when the conversion does not fit the method, or when no step can fit the budget after what the
         method spends upfront: the worst case of one step when it is checked before each step (a step runs only if
@@ -166,7 +197,8 @@ class PrivacyBudget(WritesAtTrainEnd):
         costs less). Nothing to check while the method does not know its step cost yet."""
         if self.conversion == "pld" and not getattr(pl_module, "pld_ready", False):
             raise BudgetError("privacy.conversion=pld needs every release to be a Gaussian or a Poisson-subsampled "
-                              "Gaussian: methods dpgan, dpcgan, pate_triplegan (with method.module.accounting=rdp), "
+                              "Gaussian: methods dpgan, dpcgan, pate_triplegan (with method.module.accounting=rdp "
+                              "and vote_charge=every), "
                               "gswgan (with method.module.critic_updates=discarded or scheduled)")
         cost = pl_module.step_cost()
         if cost is None:
@@ -246,6 +278,7 @@ class PrivacyBudget(WritesAtTrainEnd):
     def on_fit_start(self, trainer, pl_module):
         super().on_fit_start(trainer, pl_module)
         if getattr(pl_module, "ledger", None) is not None:
+            self._check_delta(trainer)
             self._check_budget(pl_module)  # before the method's own on_fit_start (GS-WGAN pretrains its critics there)
 
     def on_train_start(self, trainer, pl_module):
@@ -321,13 +354,17 @@ class PrivacyBudget(WritesAtTrainEnd):
             budget["neighbouring"] = {"relation": relation, "note": NEIGHBOURING[relation]}
         if getattr(pl_module, "log_private", False):
             budget["private_logs"] = PRIVATE_LOGS
-        caveats = getattr(pl_module, "privacy_caveats", [])
+        caveats = list(getattr(pl_module, "privacy_caveats", []))
+        if self.allow_large_delta:
+            caveats.append("privacy.allow_large_delta=true: delta was not checked against 1/N for the N training "
+                           "records; a delta near or above 1/N protects no one (docs/PRIVACY.md)")
         if caveats:  # where a method's option leaves its accounting's premise unproven
             budget["caveats"] = caveats
         dm = getattr(trainer, "datamodule", None)
-        if getattr(dm, "private_val", 0.0):  # eval.selection=private_val: which records the generator never read
+        split = held_out_split(trainer)
+        if split is not None:  # eval.selection=private_val: which records the generator never read
             budget["records"] = {"generator": "the training records outside the private validation split",
-                                 "private_val": {"data": dm.name, "fraction": dm.private_val, "seed": dm.seed}}
+                                 "private_val": split}
         atomic_write_text(folder / self.filename,
                           ledger.report_json(self.delta, self.bound, extra=budget, conversion=self.conversion))
 
@@ -347,12 +384,14 @@ class PrivacyBudget(WritesAtTrainEnd):
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint):
         ledger = getattr(pl_module, "ledger", None)
+        checkpoint[SPLIT_KEY] = held_out_split(trainer)
         if ledger is not None:
             checkpoint[LEDGER_KEY] = ledger.state_dict()
             if self._stopped:
                 checkpoint[STOP_KEY] = {"budget": self._budget(), "stop": copy.deepcopy(ledger.stop)}
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint):
+        check_same_split(checkpoint, held_out_split(trainer))
         ledger = getattr(pl_module, "ledger", None)
         if ledger is not None and LEDGER_KEY in checkpoint:
             ledger.load_state_dict(checkpoint[LEDGER_KEY])

@@ -17,6 +17,7 @@ from dpgen.callbacks.downstream import flatten
 from dpgen.callbacks.checkpoint_io import CheckpointError
 from dpgen.callbacks.privacy_budget import BudgetError
 from dpgen.data.errors import DataError
+from dpgen.data.split import config_sha256
 from dpgen.memory import reuse_freed_memory
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # package data; the repository's conf/ links here
@@ -32,6 +33,12 @@ def private_val_share(cfg) -> float:
     `eval.private_val.fraction` with eval.selection=private_val, else none."""
     evaluation = cfg.get("eval") or {}
     return float(evaluation.private_val.fraction) if evaluation.get("selection") == "private_val" else 0.0
+
+
+def data_hash(cfg) -> str:
+    """The hash of the run's resolved data configuration (data.split.config_sha256): part of the private validation
+    split's descriptor, so that a split is matched by what selects its records, not by the data set's name."""
+    return config_sha256(OmegaConf.to_container(cfg.data, resolve=True))
 
 
 def fail(message: str) -> None:

@@ -11,9 +11,10 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from dpgen.cli.common import (CONF_DIR, USER_ERRORS, check_config, console, print_metrics, private_val_share,
-                              run_job)
-from dpgen.files import atomic_write_text
+from dpgen.cli.common import (CONF_DIR, USER_ERRORS, check_config, console, data_hash, print_metrics,
+                              private_val_share, run_job)
+from dpgen.files import atomic_write_text, read_json_lines
+from dpgen.privacy.selection import earlier_charges
 
 
 def load_synthetic(path: Path, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -39,22 +40,43 @@ def load_synthetic(path: Path, shape: tuple[int, ...]) -> tuple[torch.Tensor, to
     return torch.as_tensor(x, dtype=torch.float32).reshape(len(x), *shape), torch.as_tensor(y).long()
 
 
-def charge_selection(callback, generator: dict | None, dm) -> dict:
-    """The line the private validation selections add to the release (privacy.selection), also printed: parallel
-    composition only when the generator's privacy.json says its data excluded this very split."""
+SELECTION_LOG = "selections.jsonl"  # beside the synthetic file: every private validation selection made on it
+
+
+def prepare_selection(callback, generator: dict | None, dm, folder: Path) -> None:
+    """Set up `callback`'s private validation selection on this release: the charges made on it before (the
+    generator's privacy.json, then the append-only SELECTION_LOG beside the synthetic file, where this selection is
+    charged before it is made), whether the split is the one the generator's privacy.json names as held out from
+    its training records (same data set, share, seed and data configuration hash: then parallel composition, else
+    sequential), and, unless given, the selection's epsilon: the generator's configured budget (public), never the
+    epsilon it spent (a data-dependent number under G-PATE's and PATE-GAN's default bound)."""
     held = ((generator or {}).get("records") or {}).get("private_val")
-    report = callback.selection_privacy(generator, held == {"data": dm.name, "fraction": dm.private_val, "seed": dm.seed})
+    callback.disjoint_from_generator = held is not None and held == dm.private_val_split_descriptor
+    callback.charged_by, callback.charge_log = "evaluate.py", str(folder / SELECTION_LOG)
+    callback.earlier = [*earlier_charges(generator), *read_json_lines(folder / SELECTION_LOG)]
+    if callback.private_val_epsilon is None:
+        budget = ((generator or {}).get("budget") or {}).get("epsilon")
+        if budget is None:
+            where = "no privacy.json beside the synthetic file" if generator is None else \
+                "the privacy.json beside the synthetic file states no budget (a generator without a guarantee)"
+            raise ValueError(f"{where}: give the selection's budget, eval.private_val.epsilon=<eps>")
+        callback.private_val_epsilon = float(budget)
+
+
+def print_selection(report: dict) -> None:
     release = report["release"]
-    total = (f"with the generator's epsilon {release['generator_epsilon']:.4g}: epsilon {release['epsilon']:.4g} at "
-             f"delta {release['delta']:g}, {release['composition']}" if "epsilon" in release else release["note"])
+    total = (f"with the generator's epsilon {release['generator_epsilon']:.4g} ({release['bound']}): epsilon "
+             f"{release['epsilon']:.4g} at delta {release['delta']:g}, {release['composition']}"
+             if "epsilon" in release else release["note"])
     console.print(f"charged: the epoch chosen on the private validation split ({report['mechanism']}) costs epsilon "
-                  f"{report['epsilon']:.4g}; {total}", soft_wrap=True)
-    return report
+                  f"{report['charges'][-1]['epsilon']:.4g}; this release's {report['selections']} selection(s) "
+                  f"{report['epsilon']:.4g} in all; {total}", soft_wrap=True)
 
 
 def run(cfg: DictConfig) -> dict:
     path = Path(cfg.synthetic)
-    dm = instantiate(cfg.data, batch_size=256, seed=cfg.seed, private_val=private_val_share(cfg))
+    dm = instantiate(cfg.data, batch_size=256, seed=cfg.seed, private_val=private_val_share(cfg),
+                     data_hash=data_hash(cfg))
     dm.prepare_data()
     dm.setup("fit")
     x, y = load_synthetic(path, dm.shape)
@@ -72,14 +94,12 @@ def run(cfg: DictConfig) -> dict:
         callback = instantiate(node)
         if hasattr(callback, "state_file") and callback.state_file is None:  # a killed run continues from here
             callback.state_file = str(out.with_name(f"{out.name}.{name}-state.pt"))
-        if getattr(callback, "selection", None) == "private_val" and callback.private_val_epsilon is None:
-            if generator is None:
-                raise ValueError(f"no privacy.json beside {path}: give the selection's budget, "
-                                 "eval.private_val.epsilon=<eps>")
-            callback.private_val_epsilon = generator["epsilon"]  # free under parallel composition
+        if getattr(callback, "selection", None) == "private_val":
+            prepare_selection(callback, generator, dm, path.parent)
         results[name] = callback.evaluate_synthetic(x, y, dm, torch.device(device))
-        if getattr(callback, "selections", 0):
-            results["selection_privacy"] = charge_selection(callback, generator, dm)
+        if getattr(callback, "charges", None):
+            results["selection_privacy"] = callback.selection_privacy(generator)
+            print_selection(results["selection_privacy"])
     atomic_write_text(out, json.dumps(results, indent=2, default=float) + "\n")
     print_metrics(f"{path.name} on {dm.name}", results, out)
     return results
@@ -87,7 +107,7 @@ def run(cfg: DictConfig) -> dict:
 
 @hydra.main(config_path=str(CONF_DIR), config_name="evaluate", version_base="1.3")
 def hydra_main(cfg: DictConfig) -> None:
-    run_job(run, cfg, (*USER_ERRORS, FileNotFoundError, ValueError))
+    run_job(run, cfg, (*USER_ERRORS, FileNotFoundError, ValueError))  # SelectionBudgetError is a ValueError
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 from rich.table import Table
 
-from dpgen.aggregation import dpgradagg, hybrid, mean_embedding, pate_vote, score_vote
+from dpgen.aggregation import dpgradagg, hybrid, mean_embedding, pate_vote
 from dpgen.aggregation.dpgradagg import DPGradAggParams
 from dpgen.aggregation.gradient_sanitizer import SanitizerParams
 from dpgen.aggregation.hybrid import HybridParams
@@ -97,15 +97,9 @@ def plan_dpsgd_gan(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
 
 def plan_pategan(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
     """Per step n_S student steps, each labelling n generated samples by the Laplace vote (PATE-GAN Algorithm 1
-    lines 12-21): n_S * n queries (PATEGAN.queries_per_step); with vote=score, n_S Gaussian releases of n scores."""
+    lines 12-21): n_S * n queries (PATEGAN.queries_per_step)."""
     module = cfg.method.module
     queries = module.student_steps * module.batch_size
-    if module.vote == "score":
-        sigma = score_vote.noise_std(module.score_clip, module.score_noise, module.n_teachers, module.batch_size)
-        return score_vote.step_cost(module.score_noise, module.student_steps, DEFAULT_ORDERS), {
-            "mechanism": score_vote.MECHANISM, "teachers": module.n_teachers, "score_clip": module.score_clip,
-            "score_noise": module.score_noise, "sigma": sigma, "queries_per_step": queries,
-            "releases_per_step": module.student_steps}
     return pate_vote.step_cost(module.lam, module.n_teachers, queries, DEFAULT_ORDERS), {
         "mechanism": "laplace_pate", "teachers": module.n_teachers, "lam": module.lam, "laplace_scale": 1.0 / module.lam,
         "queries_per_step": queries, "best_case": "unanimous teachers (data-dependent)",
@@ -144,6 +138,9 @@ def plan_pate_triplegan(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
     if cfg.method.n_teachers != round(module.n_teachers / module.percent):
         raise ValueError(f"percent={module.percent} with {module.n_teachers} teachers needs method.n_teachers="
                          f"{round(module.n_teachers / module.percent)} partitions, got {cfg.method.n_teachers}")
+    if cfg.privacy.conversion == "pld" and module.vote_charge == "answered":
+        raise ValueError("privacy.conversion=pld needs method.module.vote_charge=every: with answered, the number of "
+                         "charged votes is an outcome of the checks, and no proof covers its PLD composition")
     if cfg.privacy.conversion == "pld" and module.accounting != "rdp":
         raise ValueError("privacy.conversion=pld needs method.module.accounting=rdp (a central-limit mu is not "
                          "a privacy loss distribution)")

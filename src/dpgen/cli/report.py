@@ -38,6 +38,7 @@ from omegaconf import OmegaConf  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from dpgen.cli.common import console, fail  # noqa: E402
+from dpgen.privacy.selection import NOT_DP, dp_epsilon  # noqa: E402
 
 
 def find_runs(paths: list[Path]) -> list[Path]:
@@ -86,7 +87,8 @@ def keep(run: Path, dest: Path) -> Path:
 
 
 # The image accuracies of the three ways to choose the classifier's epoch (docs/EVALUATION.md), as the table heads them
-ACCURACIES = {"synthetic": "accuracy (synthetic hold-out)", "private_val": "accuracy (private val, DP)",
+# (the private validation choice is DP when the run's generator is: its "guarantee" column says)
+ACCURACIES = {"synthetic": "accuracy (synthetic hold-out)", "private_val": "accuracy (private val selection)",
               "test": "accuracy (test-chosen, not DP)"}
 
 
@@ -102,6 +104,22 @@ def utility(downstream: dict) -> dict:
     return dict(average) if average else {}
 
 
+def guarantee(privacy: dict | None, private: bool) -> dict:
+    """What a run's own privacy.json promises: {"kind": "DP" | "data-dependent" | "none" | "unknown", "label":
+    text, "dp": the DP epsilon or None}. A run that is not private (a noise-free control, a method without a
+    guarantee: the budget column says why, budget_cell) promises nothing; a run stopped by a data-dependent bound
+    (or GS-WGAN's as-published count) promises its DP bound, named beside it."""
+    if not private or (privacy is not None and (privacy.get("guarantee") == "none" or not privacy.get("private", True))):
+        return {"kind": "none", "label": "none", "dp": None}
+    if privacy is None or "epsilon" not in privacy:
+        return {"kind": "unknown", "label": "unknown (no privacy.json)", "dp": None}
+    epsilon, bound = dp_epsilon(privacy)
+    if privacy.get("governing_bound") in NOT_DP:
+        return {"kind": "data-dependent", "dp": epsilon,
+                "label": f"data-dependent eps {privacy['epsilon']:.3g} (not DP); DP eps {epsilon:.3g} ({bound})"}
+    return {"kind": "DP", "label": f"DP eps {epsilon:.3g}", "dp": epsilon}
+
+
 def load_run(path: Path) -> dict:
     metrics = json.loads((path / "metrics.json").read_text())
     cfg = OmegaConf.load(config_file(path))
@@ -110,10 +128,12 @@ def load_run(path: Path) -> dict:
                                                                                          default=True)
     private = metrics.get("privacy", {}).get("private", False) and not control
     budget = OmegaConf.select(cfg, "privacy.epsilon", default=None)
+    privacy = json.loads((path / "privacy.json").read_text()) if (path / "privacy.json").is_file() else None
     quality = metrics.get("image_quality", {})
     return {"method": cfg.method.name, "data": cfg.data.name, "control": control,
             "budget": float(budget) if private and budget is not None else math.inf,
             "claimed": metrics.get("privacy", {}).get("claimed_epsilon"),  # a reproduced code's claim, no guarantee
+            "guarantee": guarantee(privacy, private),
             "spent": metrics.get("privacy", {}).get("epsilon", {}), "utility": utility(metrics.get("downstream", {})),
             "IS": quality.get("IS"), "FID": quality.get("FID"), "steps": metrics.get("steps"),
             "wall_time": wall_time(metrics), "peak_rss_gb": peak_rss(metrics),
@@ -159,12 +179,12 @@ def markdown_table(rows: list[dict]) -> str:
     bounds = sorted({bound for row in rows for bound in row["spent"]})
     keys = {key for row in rows for key in row["utility"]}
     utilities = [key for key in ACCURACIES if key in keys] + sorted(keys - set(ACCURACIES))
-    head = ["method", "data", "budget eps", *(ACCURACIES.get(key, key) for key in utilities), "IS", "FID",
+    head = ["method", "data", "budget eps", "guarantee", *(ACCURACIES.get(key, key) for key in utilities), "IS", "FID",
             *(f"eps ({b})" for b in bounds), "steps",
             "wall time (s)", "peak RSS (GB)", "machine", "command", "run"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in sorted(rows, key=lambda r: (r["data"], r["method"], r["budget"])):
-        cells = [row["method"], row["data"], budget_cell(row),
+        cells = [row["method"], row["data"], budget_cell(row), row["guarantee"]["label"],
                  *(utility_cell(row["utility"], key) for key in utilities), number(row["IS"], 3), number(row["FID"]),
                  *(number(row["spent"].get(b), 5) for b in bounds), str(row["steps"] or ""),
                  row["wall_time"], number(row["peak_rss_gb"], 3), row["machine"] or "",
@@ -194,14 +214,30 @@ def percent(value) -> str:
 def comparison_runs(spec_path: Path) -> set[Path]:
     """The run folders the comparison spec names for its cells."""
     spec = OmegaConf.to_container(OmegaConf.load(spec_path))
-    return {(spec_path.parent / name).resolve() for method in spec["methods"]
-            for name in (method.get("cells") or {}).values()}
+    return {(spec_path.parent / cell["run"]).resolve() for method in spec["methods"]
+            for cell in (method.get("cells") or {}).values()}
+
+
+def cell_guarantee(row: dict, column_epsilon: float, private_cell: bool, where: str) -> str:
+    """What a comparison cell adds to its numbers, from its run's privacy.json: nothing for a DP run at the column's
+    budget; the DP bound for a data-dependent one; "no DP guarantee" for a run without one. ValueError for a run
+    that cannot stand in its column: a noise-free control, or a private run of another budget."""
+    kind = row["guarantee"]["kind"]
+    if row["control"] or kind == "unknown" or (kind != "none" and row["budget"] != column_epsilon):
+        raise ValueError(f"{where} is {row['guarantee']['label']} at budget {row['budget']:g}: not a cell of the "
+                         f"eps = {column_epsilon:g} column")
+    if kind == "data-dependent":
+        return f" (data-dependent eps; DP eps {row['guarantee']['dp']:.3g})"
+    if kind == "none" and private_cell:
+        return " (no DP guarantee)"
+    return ""
 
 
 def comparison_table(spec_path: Path) -> str:
     """The papers' table shape: one row per method, one column per (data, epsilon) of `spec_path`'s `columns`;
-    each cell the accuracies of the run its `cells` names (a folder beside `spec_path`), epoch chosen on the
-    synthetic hold-out / the private validation split / the real test set, then what the paper reports
+    each cell the accuracies of the kept run its `cells` entry names (`run`, a folder beside `spec_path`; beside it
+    `experiment`, the conf/experiment file that reruns it), epoch chosen on the synthetic hold-out / the private
+    validation split / the real test set, then what the paper reports
     (`paper`; a method whose numbers come from another paper than the one most rows cite names it in `paper_name`).
     A run the spec names must exist; a cell it leaves out reads "not run", or its `notes` entry (why no run stands
     there, e.g. what the planner says the budget buys)."""
@@ -215,7 +251,7 @@ def comparison_table(spec_path: Path) -> str:
         out = []
         for data, eps in columns:
             key = f"{data}_{eps:g}"
-            run_name = cells.get(key, cells.get(data))  # a non-private method: one run per dataset
+            run_name = cells.get(key, cells.get(data, {})).get("run")  # a non-private method: one run per dataset
             reported = paper.get(key, paper.get(data))
             if run_name is None:
                 cell = notes.get(key, notes.get(data, "not run"))
@@ -223,9 +259,11 @@ def comparison_table(spec_path: Path) -> str:
                 run = spec_path.parent / run_name
                 if not (run / "metrics.json").is_file():
                     raise FileNotFoundError(f"{spec_path}: {run_name} (cell {method['name']}, {key}) is no kept run")
-                u = load_run(run)["utility"]
+                row = load_run(run)
+                u = row["utility"]
                 cell = (f"[{percent(u.get('synthetic'))} / {percent(u.get('private_val'))} / "
-                        f"{percent(u.get('test'))}]({spec_path.parent.name}/{run_name})")  # from the folder above
+                        f"{percent(u.get('test'))}]({spec_path.parent.name}/{run_name})"  # from the folder above
+                        + cell_guarantee(row, eps, key in cells, f"{spec_path}: {run_name} (cell {method['name']}, {key})"))
             out.append(cell + ("" if reported is None else f" ({paper_name} {100 * reported:.2f})"))
         lines.append(f"| {method['name']} | " + " | ".join(out) + " |")
     return "\n".join(lines) + "\n"

@@ -21,8 +21,8 @@ from dpgen.callbacks.random_state import RandomState
 from dpgen.callbacks.release import FreePrivateModules, Release
 from dpgen.callbacks.run_clock import RunClock
 from dpgen.callbacks.sample_grid import SampleGrid
-from dpgen.cli.common import (CONF_DIR, check_config, command_line, fail, machine, print_summary, private_val_share,
-                              run_job)
+from dpgen.cli.common import (CONF_DIR, check_config, command_line, data_hash, fail, machine, print_summary,
+                              private_val_share, run_job)
 from dpgen.distributed import leave_process_group, process_rank
 from dpgen.files import atomic_write_text
 from dpgen.memory import peak_rss_gb
@@ -32,7 +32,7 @@ from dpgen.privacy.ledger import conversion_for
 def build_datamodule(cfg: DictConfig):
     return instantiate(cfg.data, batch_size=cfg.method.batch_size, n_teachers=cfg.method.n_teachers,
                        seed=cfg.seed, allow_data_dependent_preprocessing=not cfg.method.private,
-                       private_val=private_val_share(cfg))
+                       private_val=private_val_share(cfg), data_hash=data_hash(cfg))
 
 
 def build_method(cfg: DictConfig, dm):
@@ -51,7 +51,8 @@ def build_callbacks(cfg: DictConfig, out: Path, release: Callable[[pl.LightningM
     ]
     if cfg.method.private:  # first: what the callbacks below write of a step, the budget has accepted
         p = cfg.privacy
-        callbacks.append(PrivacyBudget(epsilon=p.epsilon, delta=p.delta, bound=p.bound, conversion=p.conversion))
+        callbacks.append(PrivacyBudget(epsilon=p.epsilon, delta=p.delta, bound=p.bound, conversion=p.conversion,
+                                       allow_large_delta=p.allow_large_delta))
     callbacks += [
         SampleGrid(str(out), every_n_steps=cfg.samples.every_n_steps, per_class=cfg.samples.per_class,
                    seed=cfg.seed),
@@ -64,12 +65,21 @@ def build_callbacks(cfg: DictConfig, out: Path, release: Callable[[pl.LightningM
         callbacks.append(Release(release))
     callbacks.append(FreePrivateModules())  # before the evaluations, which sample the generator only
     for cb in (cfg.eval.get("callbacks") or {}).values():
-        callbacks.append(instantiate(cb))
+        if cb is not None:  # an entry set to null is off (an experiment file's '~eval.callbacks.<name>')
+            callbacks.append(instantiate(cb))
     return callbacks
 
 
 def build_logger(cfg: DictConfig):
-    return instantiate(cfg.logger) if cfg.logger and "_target_" in cfg.logger else False
+    """The configured logger, without the `epoch` Lightning adds to every row: epochs against steps would tell
+    the number of training records (an epoch is one pass over them), which no mechanism releases."""
+    if not (cfg.logger and "_target_" in cfg.logger):
+        return False
+    logger = instantiate(cfg.logger)
+    log_metrics = logger.log_metrics
+    logger.log_metrics = lambda metrics, step=None: log_metrics(
+        {key: value for key, value in metrics.items() if key != "epoch"}, step)
+    return logger
 
 
 def save_generator(model, dm, cfg: DictConfig, path: Path) -> None:

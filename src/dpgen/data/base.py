@@ -10,7 +10,7 @@ from lightning.pytorch import LightningDataModule
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
 
 from dpgen.data.partition import TeacherBatchSampler, TeacherRecords, partition_indices
-from dpgen.data.split import private_val_split
+from dpgen.data.split import private_val_descriptor, private_val_split
 
 
 def default_root() -> Path:
@@ -62,7 +62,9 @@ class DPGenDataModule(LightningDataModule, ABC):
     After `setup()`: `train_data`, `test_data` (`TensorData`) and `partitions` (one index tensor per teacher).
     `private_val` > 0 holds that share of the training records out (`data.split.private_val_split`, a keyed hash of
     each record) as `private_val_data` before anything else sees them: `train_data`, the partitions and every
-    loader then hold the other records only (eval.selection=private_val, docs/EVALUATION.md).
+    loader then hold the other records only (eval.selection=private_val, docs/EVALUATION.md); `data_hash` is the
+    hash of the resolved data configuration (data.split.config_sha256), part of the split's descriptor
+    (`private_val_split_descriptor`), which privacy.json and checkpoints record.
     `train_dataloader()` yields `(x, y)` batches of `batch_size` when `n_teachers == 1`, else teacher batches
     `x: (n_teachers, b, *shape)`, `y: (n_teachers, b)`, b = `batch_size`, where row t holds only teacher t's
     records (`data.partition`: a teacher without records gets public blank ones).
@@ -75,7 +77,8 @@ class DPGenDataModule(LightningDataModule, ABC):
     class_names: list[str]
 
     def __init__(self, root: str | None = None, batch_size: int = 64, n_teachers: int = 1, seed: int = 0,
-                 num_workers: int = 0, allow_data_dependent_preprocessing: bool = False, private_val: float = 0.0):
+                 num_workers: int = 0, allow_data_dependent_preprocessing: bool = False, private_val: float = 0.0,
+                 data_hash: str | None = None):
         super().__init__()
         if batch_size < 1 or n_teachers < 1 or num_workers < 0:
             raise ValueError(f"need batch_size >= 1, n_teachers >= 1, num_workers >= 0; got {batch_size}, "
@@ -84,7 +87,7 @@ class DPGenDataModule(LightningDataModule, ABC):
         self.batch_size, self.n_teachers, self.seed = int(batch_size), int(n_teachers), int(seed)
         self.num_workers = int(num_workers)
         self.allow_data_dependent_preprocessing = bool(allow_data_dependent_preprocessing)
-        self.private_val = float(private_val)
+        self.private_val, self.data_hash = float(private_val), data_hash
         self.train_data: TensorData | None = None
         self.private_val_data: TensorData | None = None
         self.all_train_data: TensorData | None = None
@@ -106,6 +109,14 @@ class DPGenDataModule(LightningDataModule, ABC):
             train = train.subset(kept)
         self._partitions = partition_indices(train.stored, self.n_teachers, self.seed)
         self.train_data, self.test_data = train, test
+
+    @property
+    def private_val_split_descriptor(self) -> dict | None:
+        """The descriptor of the held-out private validation split (data.split.private_val_descriptor), None when
+        none is held out."""
+        if not self.private_val > 0:
+            return None
+        return private_val_descriptor(self.name, self.private_val, self.seed, self.data_hash)
 
     @property
     def partitions(self) -> list[torch.Tensor]:

@@ -223,7 +223,19 @@ class CSVDataModule(DPGenDataModule):
         if self.low is not None:
             n = len(self.continuous)
             x = np.concatenate([scale(x[:, :n], self.low, self.high), x[:, n:]], 1)
-        return TensorData(torch.from_numpy(x).float(), torch.from_numpy(y))
+        records = torch.from_numpy(x).float()
+        self.check_float32(records)
+        return TensorData(records, torch.from_numpy(y))
+
+    def check_float32(self, records: torch.Tensor) -> None:
+        """An error naming the first column whose value is finite in float64 but not in float32 (|v| > 3.4e38, e.g.
+        1e39 with scaling=none): such a value would reach the methods as inf and break their sensitivity."""
+        bad = ~torch.isfinite(records)
+        if bad.any():
+            row, col = (int(i) for i in torch.nonzero(bad)[0])
+            raise DataFormatError(f"{self.name}: column {self.feature_names[col]!r} has a value beyond float32's "
+                                  f"range (|v| > 3.4e38) in record {row} of the split; rescale that column or give "
+                                  "it a public range (data.ranges)")
 
     def to_original(self, x: torch.Tensor) -> torch.Tensor:
         """Scaled records (e.g. generated ones) back to the units of the file (one-hot blocks as they are)."""

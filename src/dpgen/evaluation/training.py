@@ -138,9 +138,11 @@ def train_classifier(
                     best = {"epoch": epoch, "accuracy": record["val_accuracy"], "state": copy.deepcopy(model.state_dict())}
             if test_x is not None:
                 record["test_accuracy"] = accuracy(model, test_x, test_y, device=device)
+            # the epoch's training and its public evaluations: timed before the private count, whose duration
+            # would say how many records the private split holds
+            record["seconds"] = round(time.perf_counter() - started, 2)
             if private_x is not None:
                 private_correct.append(correct(model, private_x, private_y, device=device))
-            record["seconds"] = round(time.perf_counter() - started, 2)  # the epoch's training and its evaluations
             history.append(record)
             if progress:
                 log.info("%s: %s", type(model).__name__,
@@ -164,7 +166,8 @@ def train_classifier(
 
 class Resumable:
     """The state of `train_classifier` in one file, keyed by the data's digest and the training settings. It holds
-    the private validation counts so far too: a private file, removed when the training ends."""
+    the private validation counts so far and a digest of the private records too: a private file that stays with
+    the data holder (as a checkpoint does), removed when the training ends; error messages never show the digest."""
 
     def __init__(self, path: str | os.PathLike, settings: str, tensors: tuple, device: torch.device):
         self.path, self.device = Path(path), device
@@ -174,7 +177,7 @@ class Resumable:
                 tensor = tensor.detach().cpu().contiguous()
                 digest.update(str((tuple(tensor.shape), tensor.dtype)).encode())
                 digest.update(tensor.view(torch.uint8).numpy())
-        self.key = f"{settings} data={digest.hexdigest()}"
+        self.settings, self.key = settings, f"{settings} data={digest.hexdigest()}"
 
     def load(self, model, optimizer, schedule, history: list, best: dict, private_correct: list
              ) -> tuple[list, dict, list]:
@@ -183,9 +186,11 @@ class Resumable:
         if not self.path.is_file():
             return history, best, private_correct
         saved = torch.load(self.path, map_location="cpu")
-        if saved["key"] != self.key:
-            raise ValueError(f"{self.path} holds a classifier training of other data or settings "
-                             f"({saved['key']!r}, this one: {self.key!r}); remove it to start over")
+        if saved["key"] != self.key:  # the digests are of private records: named in no message
+            settings = saved["key"].split(" data=")[0]
+            what = "of other data" if settings == self.settings else f"with other settings ({settings!r})"
+            raise ValueError(f"{self.path} holds a classifier training {what} than this one ({self.settings!r}); "
+                             "remove it to start over")
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
         if schedule is not None:

@@ -10,8 +10,7 @@ from torch import nn
 
 from dpgen.nn.discriminator import ConditionalDiscriminator
 from dpgen.nn.fc import ConditionalMLP, table_hidden
-from dpgen.nn.generator import (ConditionalBasisGenerator, ConditionalImageGenerator, ConditionalTableGenerator,
-                                generate, latent)
+from dpgen.nn.generator import ConditionalImageGenerator, ConditionalTableGenerator, generate, latent
 
 
 class PrivateGenerator(pl.LightningModule):
@@ -61,10 +60,8 @@ class PrivateGenerator(pl.LightningModule):
         return global_step - ((self.ledger.stop or {}).get("discarded_steps", 0) if self.ledger is not None else 0)
 
     def build_generator(self, **arch) -> nn.Module:
-        """Images: the DCGAN-style generator of G-PATE, or with `basis_size` the low-frequency basis generator."""
         if self.kind == "image":
-            net = ConditionalBasisGenerator if "basis_size" in arch else ConditionalImageGenerator
-            return net(self.shape, self.num_classes, z_dim=self.z_dim, **arch)
+            return ConditionalImageGenerator(self.shape, self.num_classes, z_dim=self.z_dim, **arch)
         if self.kind == "table":
             return ConditionalTableGenerator(self.shape, self.num_classes, z_dim=self.z_dim, **arch)
         raise ValueError(f"unknown data kind {self.kind!r} (expected 'image' or 'table')")

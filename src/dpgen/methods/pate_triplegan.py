@@ -158,8 +158,10 @@ class PATETripleGAN(PrivateGenerator):
 
     @property
     def pld_ready(self) -> bool:
-        """Votes are Gaussians; the DP-SGD part has a PLD event unless accounted by the central-limit mu."""
-        return self.hybrid.accounting == "rdp"
+        """Votes are Gaussians; the DP-SGD part has a PLD event unless accounted by the central-limit mu. With
+        vote_charge="answered" the number of charged GNMax releases is itself an outcome of the checks, and no
+        proof covers a PLD composition of an adaptively chosen count (docs/PRIVACY.md): refused."""
+        return self.hybrid.accounting == "rdp" and self.hybrid.vote_charge == "every"
 
     def step_cost(self):
         if self.sample_rate is None:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import copy
-import math
 
 import torch
 from torch import nn
@@ -65,53 +64,6 @@ class ConditionalImageGenerator(nn.Module):
         for up in self.ups:
             h = up(concat_label_maps(h, y1h))
         return torch.sigmoid(h)
-
-
-def dct_basis(size: int, k: int) -> torch.Tensor:
-    """(k * k, size * size): the orthonormal 2-D DCT-II basis images of the k x k lowest frequencies, row by row."""
-    n, f = torch.arange(size, dtype=torch.float64), torch.arange(k, dtype=torch.float64)
-    c = torch.cos(math.pi * (n[None, :] + 0.5) * f[:, None] / size) * math.sqrt(2 / size)  # (k, size)
-    c[0] /= math.sqrt(2)
-    return torch.einsum("ai,bj->abij", c, c).reshape(k * k, size * size).float()
-
-
-class ConditionalBasisGenerator(nn.Module):
-    """[z, y] -> MLP (BatchNorm + ReLU, the one-hot label at every layer) -> k x k coefficients per channel of the
-    lowest 2-D DCT frequencies -> image = sigmoid(size x the inverse DCT of those coefficients), in [0, 1].
-
-    Every image it can draw is sigmoid of a fixed, data-independent k^2-dimensional subspace (per channel), so a
-    step of its parameters moves each sample within a k^2-dimensional manifold, not in all size^2 pixel
-    directions. Not in the papers: for PATE-GAN, whose student learns the teachers' labels on generated samples
-    only, and whose generator follows the student's slope (PATE-GAN section 4.2.2 argues from a low-dimensional
-    data space; docs/RESULTS.md). The factor size makes a coefficient of 1 about one unit of the sigmoid's input
-    per pixel for the lowest frequency; the last layer starts at a tenth of PyTorch's initial weights, so the first
-    samples are near flat grey rather than saturated."""
-
-    def __init__(self, shape: tuple[int, int, int], num_classes: int, z_dim: int = 100, basis_size: int = 8,
-                 hidden: tuple[int, ...] = (256, 256)):
-        super().__init__()
-        channels, height, width = shape
-        if height != width:
-            raise ValueError(f"square images only, got {height}x{width}")
-        if not 1 <= basis_size <= height:
-            raise ValueError(f"basis_size must be in [1, {height}] (the image side), got {basis_size}")
-        self.shape, self.num_classes, self.z_dim = tuple(shape), num_classes, z_dim
-        self.mlp = ConditionalMLP(z_dim, channels * basis_size**2, num_classes, tuple(hidden), "relu",
-                                  batch_norm=True)
-        with torch.no_grad():
-            self.mlp.linears[-1].weight.mul_(0.1)
-        self.register_buffer("basis", dct_basis(height, basis_size) * height, persistent=False)
-
-    def coefficients(self, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """(n, channels, k^2): each sample's coefficients."""
-        return self.mlp(z, y).view(len(z), self.shape[0], -1)
-
-    def decode(self, coefficients: torch.Tensor) -> torch.Tensor:
-        """(n, channels, k^2) coefficients -> (n, *shape) images."""
-        return torch.sigmoid(coefficients @ self.basis).view(len(coefficients), *self.shape)
-
-    def forward(self, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return self.decode(self.coefficients(z, y))
 
 
 class Crop(nn.Module):

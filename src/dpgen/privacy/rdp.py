@@ -25,6 +25,17 @@ def check_delta(delta: float) -> float:
     return delta
 
 
+def check_delta_for_size(delta: float, n: int) -> None:
+    """ValueError unless delta < 1 / n for a data set of n records. A mechanism that publishes one record chosen at
+    random, in full, is (0, 1 / n)-DP (Dwork & Roth 2014, sec. 2.3), so a delta near or above 1 / n promises
+    nothing; the usual choice is well below it (1e-5 for MNIST's 60,000 records is 0.6 / n)."""
+    if n > 0 and not delta < 1.0 / n:
+        raise ValueError(f"privacy.delta={delta:g} is not below 1/N for the N training records: a mechanism that "
+                         "publishes one record in full satisfies (0, 1/N)-DP, so this delta protects no one. Choose a "
+                         "delta well below 1/N (the usual 1e-5 for 60,000 records is 0.6/N), or set "
+                         "privacy.allow_large_delta=true to insist (privacy.json then says so)")
+
+
 def eps_from_rdp(rdp, orders, delta: float, conversion: str = "classical") -> tuple[float, float]:
     """Smallest epsilon over orders such that the RDP curve implies (epsilon, delta)-DP, and its order.
 
