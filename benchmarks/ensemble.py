@@ -2,7 +2,7 @@
 
 python -m benchmarks ensemble [--quick]; on a GPU `python -m benchmarks.ensemble --gpu 50,500,4000` times 4000
 teachers with each chunk size. First the kernels of one chunk of teachers, the default teachers
-(conf/method/gpate.yaml) and the paper's (experiment=gpate_mnist_eps1), are timed one by one against this
+(conf/method/gpate.yaml) and the paper's (experiment=gpate/mnist_eps1), are timed one by one against this
 process's peak rates (benchmarks/rates.py): the grouped convolutions and FC baddbmm of a real + fake forward
 (TeacherEnsemble.logits, recorded as it runs) and the fused Adam update. Then whole iterations: each ensemble
 size runs in its own process so that its peak RSS is its own. Beside each time the process measures the
@@ -65,8 +65,8 @@ def flops_per_teacher(n: int = 4) -> float:
 
 def teacher_configs() -> dict[str, tuple[int, dict]]:
     """Per-teacher batch and TeacherEnsemble options of the default teachers and of the paper's, as `python
-    train.py` and `python train.py experiment=gpate_mnist_eps1` compose them."""
-    cfgs = {"default": train_config(), "paper": train_config("experiment=gpate_mnist_eps1")}
+    train.py` and `python train.py experiment=gpate/mnist_eps1` compose them."""
+    cfgs = {"default": train_config(), "paper": train_config("experiment=gpate/mnist_eps1")}
     return {name: (cfg.method.batch_size, OmegaConf.to_container(cfg.method.module.teachers, resolve=True))
             for name, cfg in cfgs.items()}
 

@@ -1,10 +1,10 @@
 """GS-WGAN's warm start (nn/critic.py CriticEnsemble.pretrain): one WGAN-GP Adam step of a chunk of critics, as
-`python train.py experiment=gswgan_paper` builds them (the reference: 1000 critics of model_dim 64 in chunks of 50,
-batches of 32 MNIST-sized records), in seconds, per critic, and as achieved GFLOP/s beside this process's fp32 matmul
-peak (benchmarks/rates.py); then what the reference's warm start, 1000 critics x 2000 iterations x 5 critic steps,
-takes at that rate, and the same for the CPU-sized `experiment=gswgan_per_step` (100 critics of model_dim 16, 100
-iterations; the default's 500 critics x 20 iterations are as many critic steps). Where a GPU is present, the same
-on it, with the configured chunk and with chunks of 200 critics (the GPU's matmul peak beside).
+`python train.py experiment=published/gswgan_paper` builds them (the reference: 1000 critics of model_dim 64 in chunks
+of 50, batches of 32 MNIST-sized records), in seconds, per critic, and as achieved GFLOP/s beside this process's fp32
+matmul peak (benchmarks/rates.py); then what the reference's warm start, 1000 critics x 2000 iterations x 5 critic
+steps, takes at that rate, and the same for the CPU-sized `experiment=published/gswgan_per_step` (100 critics of
+model_dim 16, 100 iterations; the default's 500 critics x 20 iterations are as many critic steps). Where a GPU is
+present, the same on it, with the configured chunk and with chunks of 200 critics (the GPU's matmul peak beside).
 
     python -m benchmarks gswgan [--quick]    # --quick: fewer repeats
 
@@ -29,8 +29,8 @@ from benchmarks.rates import GIGA, best_seconds, flop_count, matmul_gflops, trai
 from dpgen.nn.critic import CriticEnsemble
 
 SHAPE, CLASSES = (1, 28, 28), 10
-VARIANTS = {"reference (model_dim 64)": ["experiment=gswgan_paper"],
-            "CPU-sized (model_dim 16)": ["experiment=gswgan_per_step"]}
+VARIANTS = {"reference (model_dim 64)": ["experiment=published/gswgan_paper"],
+            "CPU-sized (model_dim 16)": ["experiment=published/gswgan_per_step"]}
 
 
 def configured(*overrides: str):

@@ -17,8 +17,9 @@ def test_wheel_holds_the_configs_and_an_installed_copy_finds_them(tmp_path):
                     str(tmp_path / "wheel"), str(root)], check=True)
     (wheel,) = (tmp_path / "wheel").glob("dpgen-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    for conf in ("dpgen/conf/config.yaml", "dpgen/conf/method/gpate.yaml", "dpgen/conf/experiment/gpate_mnist_eps1.yaml"):
-        assert conf in names
+    for conf in ("config.yaml", "method/gpate.yaml", "experiment/gpate/mnist_eps1.yaml",
+                 "experiment/unmeasured/gpate/mnist_eps0.2.yaml"):
+        assert f"dpgen/conf/{conf}" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "dpgen-train = dpgen.cli.train:main" in text and "dpgen-plan = dpgen.cli.plan:cli" in text

@@ -4,6 +4,7 @@ import json
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from dpgen.cli.report import main
@@ -62,7 +63,7 @@ def test_missing_folder_and_no_runs_are_clear_errors(tmp_path):
 def test_kept_run_regenerates_its_row_into_the_results_block(tmp_path):
     run = fake_run(tmp_path / "outputs", "gpate", "mnist", 1.0,
                    {**private(1.0, 0.42, 0.98), "peak_rss_gb": 18.7, "machine": "CPU: test, 2 threads"})
-    (run / ".hydra" / "overrides.yaml").write_text("- experiment=gpate_mnist_eps1\n- seed=3\n")
+    (run / ".hydra" / "overrides.yaml").write_text("- experiment=gpate/mnist_eps1\n- seed=3\n")
     (run / "privacy.json").write_text("{}")
     (run / "checkpoints").mkdir()
     (run / "checkpoints" / "last.ckpt").write_bytes(b"big")
@@ -76,8 +77,31 @@ def test_kept_run_regenerates_its_row_into_the_results_block(tmp_path):
     assert "old table" not in text and text.endswith("<!-- /report -->\n\nfindings stay\n")
     row = next(line for line in text.splitlines() if line.startswith("| gpate"))
     assert "| 0.42 |" in row and "| 18.7 |" in row and "CPU: test, 2 threads" in row
-    assert "`python train.py experiment=gpate_mnist_eps1 seed=3`" in row
+    assert "`python train.py experiment=gpate/mnist_eps1 seed=3`" in row
     assert not (tmp_path / "docs" / "report.md").exists()
+
+
+def test_a_kept_run_holds_its_generator_in_half_precision_and_is_never_overwritten(tmp_path, monkeypatch):
+    from torch import nn
+
+    from dpgen.cli import report
+    from dpgen.cli.generate import load_release
+
+    run = fake_run(tmp_path / "outputs", "dpmerf", "mnist", 1.0, private(1.0, 0.9, 1.0))
+    generator = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8))
+    torch.save({"generator": generator, "z_dim": 4}, run / "generator.pt")
+    dest = tmp_path / "results" / "kept"
+    main(["--keep", str(run), str(dest)])
+    stored = torch.load(dest / "generator.pt", weights_only=False)
+    assert stored["stored_precision"] == "float16" and stored["generator"][0].weight.dtype == torch.float16
+    loaded = load_release(dest)["generator"]
+    assert loaded[0].weight.dtype == torch.float32
+    assert torch.allclose(loaded[0].weight, generator[0].weight, atol=1e-3)  # half precision: 3 decimal digits
+    with pytest.raises(ValueError, match="never overwritten"):
+        main(["--keep", str(run), str(dest)])
+    monkeypatch.setattr(report, "KEEP_GENERATOR_MB", 1e-4)  # a generator over the limit is left out, and said so
+    main(["--keep", str(run), str(tmp_path / "results" / "other")])
+    assert not (tmp_path / "results" / "other" / "generator.pt").exists()
 
 
 def test_results_file_without_a_block_is_a_clear_error(tmp_path):

@@ -1,8 +1,10 @@
-"""docs/RESULTS.md opens with a table generated from docs/results/: it must be what the report makes of those files."""
+"""docs/RESULTS.md (the comparison, the method cards) and docs/RUNS.md (every kept run) are generated from docs/results/:
+they must be what the report makes of those files."""
 from pathlib import Path
 
-from dpgen.cli.report import (BEGIN, COMPARISON, COMPARISON_BEGIN, COMPARISON_END, END, comparison_table, find_runs,
-                              load_run, markdown_table)
+from dpgen.cli.cards import CARDS_BEGIN, CARDS_END, WHICH_BEGIN, WHICH_END, cards, which_method
+from dpgen.cli.report import (BEGIN, CARDS, COMPARISON, COMPARISON_BEGIN, COMPARISON_END, END, comparison_table,
+                              find_runs, load_run, markdown_table)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -11,20 +13,37 @@ def test_results_table_is_generated_from_the_kept_run_files(monkeypatch):
     monkeypatch.chdir(ROOT)  # the table names run folders relative to the repository, as `make results` writes it
     runs = find_runs([Path("docs/results")])
     assert runs, "docs/results/ holds no kept run"
-    text = (ROOT / "docs" / "RESULTS.md").read_text()
-    block = text.split(BEGIN, 1)[1].split(END, 1)[0]
-    assert block == "\n" + markdown_table([load_run(run) for run in runs]), (
-        "docs/RESULTS.md is out of date: run `python -m dpgen.report docs/results --out docs/`")
+    stale = "is out of date: run `make results` (python -m dpgen.report docs/results --out docs/)"
+    block = (ROOT / "docs" / "RUNS.md").read_text().split(BEGIN, 1)[1].split(END, 1)[0]
+    assert block == "\n" + markdown_table([load_run(run) for run in runs]), f"docs/RUNS.md {stale}"
     assert all((run / "privacy.json").exists() or load_run(run)["budget"] == float("inf") for run in runs)
+    text = (ROOT / "docs" / "RESULTS.md").read_text()
     comparison = text.split(COMPARISON_BEGIN, 1)[1].split(COMPARISON_END, 1)[0]
-    assert comparison == "\n" + comparison_table(Path("docs/results") / COMPARISON), "the comparison table too"
-    assert text.index(COMPARISON_BEGIN) < text.index(BEGIN)  # it opens the page, the full run list below it
+    assert comparison == "\n" + comparison_table(Path("docs/results") / COMPARISON), f"the comparison {stale}"
+    block = text.split(CARDS_BEGIN, 1)[1].split(CARDS_END, 1)[0]
+    assert block == "\n" + cards(Path("docs/results") / CARDS, Path("docs/results") / COMPARISON), f"the cards {stale}"
+    assert text.index(COMPARISON_BEGIN) < text.index(CARDS_BEGIN)  # the comparison opens the page, the cards follow
+
+
+def test_the_answer_pages_fit_their_sizes_and_the_readme_table_is_generated(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert len((ROOT / "docs" / "RESULTS.md").read_bytes()) <= 30_000
+    block = (ROOT / "README.md").read_text().split(WHICH_BEGIN, 1)[1].split(WHICH_END, 1)[0]
+    assert block == "\n" + which_method(Path("docs/results") / COMPARISON), "README.md's table: run `make results`"
 
 
 def test_readme_opens_with_the_two_commands_and_stays_short():
     text = (ROOT / "README.md").read_text()
-    assert len(text.encode()) <= 10_000
+    assert len(text.encode()) <= 8_192
     first_block = text.split("\n\n    ", 1)[1].split("\n\n", 1)[0]
     assert first_block.startswith("make train") and "make test" in first_block
     for doc in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
         assert "session" not in doc.read_text().lower(), f"{doc.name} speaks of working sessions"
+
+
+RESULTS_MB = 128  # the most docs/results may hold (82 MB when kept generators began: report.KEEP_GENERATOR_MB each)
+
+
+def test_the_kept_runs_stay_within_their_stated_size():
+    size = sum(p.stat().st_size for p in (ROOT / "docs" / "results").rglob("*") if p.is_file()) / 2**20
+    assert size <= RESULTS_MB, f"docs/results holds {size:.0f} MB, over its {RESULTS_MB} MB: keep the clone quick"

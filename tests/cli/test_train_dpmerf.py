@@ -10,6 +10,7 @@ from dpgen.aggregation.mean_embedding import MECHANISM
 from dpgen.privacy.rdp import check_delta_for_size
 from fixtures import write_credit
 from inprocess import script_here
+from test_private_val_cli import SMALL_EVAL
 from test_train_cli import error_line, tiny_images, train
 
 TINY_DPMERF = ["method=dpmerf", "method.batch_size=8", "method.module.n_features=100", "trainer.max_steps=3",
@@ -35,6 +36,27 @@ def test_a_tiny_run_writes_its_files_and_reports_the_budget(tmp_path, conversion
         assert result.returncode == 0, result.stdout + result.stderr
         with np.load(run / "synthetic" / "synthetic.npz") as f:
             assert f["x"].shape == (10, 1, 28, 28) and 0 <= f["x"].min() and f["x"].max() <= 1
+
+
+def test_a_run_ends_with_a_short_summary(tmp_path):
+    """The lines train.py prints last: the accuracy under each selection, the privacy spent and its kind, the wall
+    time and where the files are."""
+    tiny = [option for option in TINY_DPMERF if option != "eval=none"]
+    result = train(tmp_path, *tiny, *tiny_images(tmp_path), "privacy.epsilon=2", *SMALL_EVAL)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run = tmp_path / "run"
+    lines = result.stdout.splitlines()
+    rows = {label: value.strip() for label, value in
+            (line.strip().split(":  ", 1) for line in lines[lines.index("dpmerf on image_folder:") + 1:])}
+    downstream = json.loads((run / "metrics.json").read_text())["downstream"]
+    for key, label in (("private_val", "DP selection (private validation split)"),
+                       ("synthetic", "synthetic hold-out selection")):
+        chosen = downstream[key]
+        assert rows[f"accuracy, {label}"] == f"{chosen['accuracy']:.1%} (classifier epoch {chosen['epoch']})"
+    assert rows["privacy spent"] == "eps 2 at delta 1e-05 (the generator and the DP selection together)"
+    assert rows["guarantee"] == "DP" and rows["wall time"].split(": ")[1].startswith("3 steps and the evaluation")
+    assert (rows["run folder"], rows["samples"]) == (str(run), str(run / "samples" / "final.png"))
+    assert rows["generator"] == str(run / "generator.pt") and len(rows) == 8
 
 
 def test_a_resumed_run_keeps_its_release(tmp_path, monkeypatch):

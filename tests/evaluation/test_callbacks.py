@@ -167,18 +167,62 @@ def test_classifier_recipe_per_dataset_from_the_eval_config():
         ImageQuality(classifier_recipes={"mnist": {"epcohs": 7}})
 
 
-def test_the_reference_evaluation_script_as_an_eval_config():
+# The authors' scripts' settings (AI-secure/G-PATE at ad7279a, evaluation/train-classifier-<data>.py: the SGD lr
+# at mnist.py line 57 / fmnist.py line 56, batch 512 and 600 epochs at mnist.py line 70 / fmnist.py line 68)
+AUTHORS = {"mnist": 1e-3, "fashion_mnist": 2e-3}
+
+
+@pytest.mark.parametrize("data", sorted(AUTHORS))
+def test_the_authors_evaluation_scripts_as_an_eval_config(data):
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from dpgen.cli.common import CONF_DIR
+
+    for config in ("config", "evaluate"):  # train.py's and evaluate.py's
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose(config, overrides=["eval=reference", f"data={data}"])
+        callback = instantiate(cfg.eval.callbacks.downstream)
+        assert (callback.n_samples, callback.val_fraction, callback.max_epochs, callback.patience) == (
+            100000, 0.0, 600, None)
+        assert (callback.optimizer, callback.lr, callback.batch_size, callback.cnn) == (
+            "sgd", AUTHORS[data], 512, "reference_script")
+        assert "image_quality" in cfg.eval.callbacks  # the rest of the default evaluation stays
+
+
+def test_the_authors_evaluation_samples_g_pate_as_its_authors_do(mnist):
+    """eval=reference gives G-PATE's callback the method's batch (the authors' code samples in training mode at
+    its batch size); the generator samples so only during the evaluation."""
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 
     from dpgen.cli.common import CONF_DIR
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=["eval=reference"])
-    callback = instantiate(cfg.eval.callbacks.downstream)
-    assert (callback.n_samples, callback.val_fraction, callback.max_epochs, callback.patience) == (100000, 0.0, 600, None)
-    assert (callback.optimizer, callback.lr, callback.batch_size, callback.cnn) == ("sgd", 1e-3, 512, "reference_script")
-    assert "image_quality" in cfg.eval.callbacks  # the rest of the default evaluation stays
+        gpate = compose("config", overrides=["eval=reference", "experiment=gpate/mnist_eps1"])
+        dpgan = compose("config", overrides=["eval=reference", "method=dpgan"])
+    assert instantiate(gpate.eval.callbacks.downstream).sample_batch_norm == 15
+    assert instantiate(dpgan.eval.callbacks.downstream).sample_batch_norm is None
+    module = RealData(*mnist["train"], 10)
+    module.sample_batch_norm, seen = None, []
+    sample = module.sample
+    module.sample = lambda n, labels=None: (seen.append(module.sample_batch_norm), sample(n, labels))[1]
+    x, y = mnist["train"]
+    dm = Data((x[:200], y[:200]), [t[:300] for t in mnist["test"]])
+    DownstreamUtility(n_samples=60, max_epochs=1, sample_batch_norm=15).run(fake_trainer(dm), module)
+    assert seen == [15] and module.sample_batch_norm is None
+
+
+def test_the_authors_evaluation_is_refused_where_they_have_no_script():
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from dpgen.cli.common import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=["eval=reference", "data=celeba"])
+    with pytest.raises(Exception, match="eval=reference"):
+        instantiate(cfg.eval.callbacks.downstream)
 
 
 def test_image_quality_skips_tables():

@@ -1,6 +1,7 @@
 """DP-MERF (dpgen.methods.dpmerf): one release that reads each record once, a ledger that reports the budget,
 steps that cost nothing, and a generator that learns from the release."""
 import json
+import math
 import warnings
 
 import lightning.pytorch as pl
@@ -9,6 +10,7 @@ import torch
 
 from dpgen.aggregation.mean_embedding import MECHANISM
 from dpgen.callbacks import PrivacyBudget
+from dpgen.callbacks.checkpoint_io import CheckpointError
 from dpgen.data.base import DPGenDataModule, TensorData
 from dpgen.methods.dpmerf import DPMERF
 
@@ -143,3 +145,28 @@ def test_unknown_data_kinds_and_pld_are_refused():  # tables: tests/methods/test
         DPMERF((4,), 2, "audio", epsilon=1.0, delta=1e-5)
     with pytest.raises(ValueError, match="gdp"):
         tiny(conversion="pld")
+
+
+def test_a_feature_map_list_keeps_the_sensitivity_and_its_release_is_the_blocks_sums():
+    """method.module.features: the release is the weighted concatenation's class sums (checked against each block's
+    own rows), with the same sensitivity and sigma as the default's; the checkpoint names the map."""
+    spec = [{"kind": "rff", "weight": 1}, {"kind": "ntk", "width": 6, "weight": 2},
+            {"kind": "conv", "channels": 4, "kernel": 3, "stride": 2, "pool": 2, "weight": 1}]
+    model, plain = tiny(features=spec), tiny()
+    assert model.sensitivity == plain.sensitivity and model.sigma == plain.sigma
+    model.sigma = 1e-12  # the exact sums, up to noise far below the tolerance
+    data = CountingData(*two_classes(30))
+    model.release_embedding(data)
+    assert torch.equal(data.reads, torch.ones(30, dtype=torch.long))
+    x, y = two_classes(30)
+    rows = torch.cat([math.sqrt(w) * block(x) for block, w in zip(model.features.blocks, (0.25, 0.5, 0.25))], 1)
+    expected = torch.stack([rows[y == c].mean(0) for c in range(2)])
+    assert torch.allclose(model.target, expected, atol=1e-5)
+    params = model.ledger.summary(1e-5)["mechanisms"][MECHANISM]
+    assert json.dumps(params) and model.feature_identity()["blocks"][1]["kind"] == "ntk"
+    fit(model, 2)
+    checkpoint = {}
+    model.on_save_checkpoint(checkpoint)
+    tiny(features=spec).on_load_checkpoint(checkpoint)
+    with pytest.raises(CheckpointError, match="method.module.features"):
+        plain.on_load_checkpoint(checkpoint)

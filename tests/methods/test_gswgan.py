@@ -465,7 +465,7 @@ def test_critic_fakes_carry_their_records_labels_from_own_batches_or_one_public_
 
 
 def test_sound_pld_numbers_of_the_docs():
-    """docs/RESULTS.md (GS-WGAN): 1,000 critics, B = 32; the PLD of the sound bound against its RDP conversion."""
+    """docs/LOG.md (GS-WGAN): 1,000 critics, B = 32; the PLD of the sound bound against its RDP conversion."""
     assert sound_pld_event(1000, 32, 2.77) == {"kind": "replace_poisson_gaussian", "sample_rate": 1e-3,
                                                "noise_multiplier": 2.77 / np.sqrt(32)}
     rdp = rdp_gswgan_step(1000, 32, 2.77, GSWGAN_ORDERS)["sound"]

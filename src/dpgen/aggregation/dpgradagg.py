@@ -22,7 +22,7 @@ class DPGradAggParams:
     `smooth=S` (images only; NOT the paper's algorithm, a dpgen option): each of the k projection directions is
     drawn on an S x S grid per channel and upsampled bilinearly to the image, scaled to the norm sqrt(dim / k) of
     Algorithm 2's N(0, 1/k) columns. Still data-independent, so it changes no privacy cost; it keeps the
-    low-frequency part of the teachers' gradients, where they agree, instead of pixel noise (docs/RESULTS.md).
+    low-frequency part of the teachers' gradients, where they agree, instead of pixel noise (docs/LOG.md).
     None: Algorithm 2's i.i.d. entries."""
 
     clip: float = 1e-4

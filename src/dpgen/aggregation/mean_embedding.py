@@ -7,7 +7,7 @@ whose row y is [phi(x), a] and whose other rows are 0 (phi: D random Fourier fea
 public constant). Column D of S is a times the per-class counts, so one mechanism releases sums and counts, and the
 class means are S[c, :D] / (S[c, D] / a), post-processing of S (no public N is assumed).
 
-Sensitivity (add/remove one record, docs/PRIVACY.md): S changes by exactly v(x, y), of L2 norm
+Sensitivity (add/remove one record, docs/methods/dpmerf.md): S changes by exactly v(x, y), of L2 norm
 sqrt(|phi(x)|^2 + a^2) = sqrt(1 + a^2) for every record, so Delta = sqrt(1 + a^2), attained by every record."""
 from __future__ import annotations
 
@@ -60,16 +60,20 @@ def sensitivity(a: float) -> float:
     return math.sqrt(1.0 + float(a) ** 2)
 
 
-def embedding_sums(chunks: Iterable[tuple[torch.Tensor, torch.Tensor]], features: RandomFourierFeatures,
+def embedding_sums(chunks: Iterable[tuple[torch.Tensor, torch.Tensor]], features: nn.Module,
                    num_classes: int, a: float) -> torch.Tensor:
     """sum over records of v(x, y) (module doc), without noise: (K, D + 1) float64, one pass over `chunks` of
-    (x, y) batches (each record in exactly one chunk), one matmul per chunk."""
-    device = features.w.device
+    (x, y) batches (each record in exactly one chunk), one matmul per chunk. `features`: RandomFourierFeatures or
+    any map of aggregation/feature_maps.py (rows of norm exactly 1 as well)."""
+    reference = next(iter(features.buffers()))  # the map's random draws: its device and dtype
+    device = reference.device
     sums = torch.zeros(num_classes, features.n_features + 1, dtype=torch.float64, device=device)
     for x, y in chunks:
-        onehot = nn.functional.one_hot(y.to(device).long(), num_classes).to(features.w.dtype)
-        phi = features(x.to(device))
-        sums[:, :-1] += (onehot.T @ phi).double()
+        onehot = nn.functional.one_hot(y.to(device).long(), num_classes).to(reference.dtype)
+        if hasattr(features, "class_sums"):  # a map whose rows are long sums them per class itself (feature_maps.py)
+            sums[:, :-1] += features.class_sums(x.to(device), onehot).double()
+        else:
+            sums[:, :-1] += (onehot.T @ features(x.to(device))).double()
         sums[:, -1] += a * onehot.sum(0).double()
     return sums
 
@@ -110,7 +114,7 @@ class EmbeddingRelease:
         return self.sums[:, :-1] / counts[:, None], counts
 
 
-def release(chunks: Iterable[tuple[torch.Tensor, torch.Tensor]], features: RandomFourierFeatures, num_classes: int,
+def release(chunks: Iterable[tuple[torch.Tensor, torch.Tensor]], features: nn.Module, num_classes: int,
             a: float, sigma: float) -> EmbeddingRelease:
     """The one release: embedding_sums + N(0, sigma^2) on each of its K (D + 1) entries, the noise from the OS's
     entropy (aggregation/noise.py). `sigma` is calibrated by the caller (privacy/gaussian.py)."""

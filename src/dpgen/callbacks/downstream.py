@@ -107,7 +107,9 @@ class DownstreamUtility(EvaluationCallback):
     `private_val_epsilon` per evaluation; the selections' line is added to the run's privacy.json when training
     ends) or "test" (not DP). Each selection is charged before it is made (`charges`, after the `earlier` ones
     made on the same release; also appended to the JSON-lines file `charge_log` when one is given), and refused
-    when it would take them past `private_val_budget` (None: no stated budget)."""
+    when it would take them past `private_val_budget` (None: no stated budget). `sample_batch_norm` b: the
+    generator's samples are drawn with BatchNorm on batches of b (eval=reference for G-PATE, as its authors drew
+    them); None: as the method releases them."""
 
     name = "downstream"
 
@@ -123,7 +125,7 @@ class DownstreamUtility(EvaluationCallback):
         tabular_models: str = "gpate",
         ranking: bool = False,
         optimizer: str = "adam",
-        lr: float = 1e-3,
+        lr: float | None = 1e-3,
         batch_size: int = 128,
         cnn: str = "appendix_e",
         state_file: str | None = None,
@@ -131,16 +133,21 @@ class DownstreamUtility(EvaluationCallback):
         private_val_epsilon: float | None = None,
         private_val_budget: float | None = None,
         charge_log: str | None = None,
+        sample_batch_norm: int | None = None,
     ):
         super().__init__(every_n_steps, n_samples, at_end, seed)
         if selection not in SELECTIONS:
             raise ValueError(f"selection must be one of {SELECTIONS}, got {selection!r}")
         if private_val_epsilon is not None and not private_val_epsilon > 0:
             raise ValueError(f"the private validation selection's epsilon must be > 0, got {private_val_epsilon}")
+        if lr is None:
+            raise ValueError("the downstream classifier's learning rate is null: eval=reference has the G-PATE authors' "
+                             "settings for mnist and fashion_mnist only (conf/eval/reference.yaml)")
         if private_val_budget is not None and not private_val_budget > 0:
             raise ValueError(f"the private validation selections' budget must be > 0, got {private_val_budget}")
         self.selection, self.private_val_epsilon = selection, private_val_epsilon
         self.private_val_budget, self.charge_log = private_val_budget, charge_log
+        self.sample_batch_norm = sample_batch_norm
         self.earlier: list[dict] = []  # charges made on this release before (evaluate.py: its privacy.json, log)
         self.charges: list[dict] = []  # this callback's charges (this run's, resumed ones included)
         # In training the datamodule holds the split out before anything else reads the training data: the
@@ -204,7 +211,14 @@ class DownstreamUtility(EvaluationCallback):
             labels = torch.arange(self.n_samples) % trainer.datamodule.num_classes
         else:
             labels = None  # tables: the method's own class ratio
-        x, y = self.synthetic(pl_module, labels)
+        if self.sample_batch_norm is None:
+            x, y = self.synthetic(pl_module, labels)
+        else:  # BatchNorm on batches of this many samples while sampling, then the method's own way again
+            released, pl_module.sample_batch_norm = pl_module.sample_batch_norm, int(self.sample_batch_norm)
+            try:
+                x, y = self.synthetic(pl_module, labels)
+            finally:
+                pl_module.sample_batch_norm = released
         return self.evaluate_synthetic(x, y, trainer.datamodule, pl_module.device)
 
     def evaluate_synthetic(self, x: torch.Tensor, y: torch.Tensor, dm, device=None) -> dict:

@@ -1,4 +1,4 @@
-"""What the entry points share: where the configs are, which errors are the user's, the end-of-run summary."""
+"""What the entry points share: where the configs are, which errors are the user's, how results print."""
 from __future__ import annotations
 
 import os
@@ -153,29 +153,6 @@ def metric_rows(results: dict) -> list[tuple[str, str]]:
             if not name.endswith("/step"):
                 rows.append((name, f"{value:.4g}"))
     return rows
-
-
-def print_summary(out: Path, results: dict, grid: Path | None) -> None:
-    table = Table(title=f"{results['method']} on {results['data']}", show_header=False)
-    table.add_row("run folder", str(out))
-    table.add_row("steps / wall time", f"{results['steps']} / {results['wall_time_s']:.0f} s")
-    privacy = results["privacy"]
-    if privacy["private"]:
-        for bound, eps in privacy["epsilon"].items():
-            gov = " (governing)" if bound == privacy["governing_bound"] else ""
-            table.add_row(f"epsilon, {bound}{gov}", f"{eps:.4g} at delta={privacy['delta']:g}")
-        if privacy.get("stop"):
-            table.add_row("stopped", privacy["stop"]["reason"])
-    else:
-        table.add_row("privacy", privacy["note"])
-    for name, value in results["losses"].items():
-        table.add_row(name, f"{value:.4g}")
-    for name, value in metric_rows(results):
-        table.add_row(name, value)
-    if grid:
-        table.add_row("samples", str(grid))
-    table.add_row("generator", str(out / "generator.pt"))
-    console.print(table)
 
 
 def print_metrics(title: str, results: dict, out: Path) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import hydra
 import numpy as np
+import pandas as pd
 import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
@@ -17,11 +18,25 @@ from dpgen.files import atomic_write_text, read_json_lines
 from dpgen.privacy.selection import earlier_charges
 
 
-def load_synthetic(path: Path, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+def in_file_layout(path: Path, dm) -> bool:
+    """Whether a CSV has the columns of the table's own file (its label and every feature column, as generate.py
+    writes a table and as the real data comes), rather than encoded records."""
+    if not hasattr(dm, "read_frame"):
+        return False
+    header = set(pd.read_csv(path, nrows=0).columns)
+    return dm.label in header and set(dm.features) <= header
+
+
+def load_synthetic(path: Path, shape: tuple[int, ...], dm=None) -> tuple[torch.Tensor, torch.Tensor]:
     """`.npz` with arrays x (N, *shape) and y (N,), or `.csv` with the features then a `label` column
-    (as generate.py writes them). Records are reshaped to the real data's shape."""
+    (encoded records, as generate.py writes images). Records are reshaped to the real data's shape. A table's
+    `.csv` with the columns of its own file (generate.py's tables, or the real training file itself: the real-data
+    row) is encoded and scaled by the datamodule `dm`, as its own splits."""
     if not path.is_file():
         raise FileNotFoundError(f"synthetic data file {path} does not exist")
+    if path.suffix == ".csv" and dm is not None and in_file_layout(path, dm):
+        data = dm.records(pd.read_csv(path, low_memory=False), path)
+        return data.x.reshape(len(data.y), *shape), data.y
     if path.suffix == ".npz":
         with np.load(path) as f:
             if "x" not in f or "y" not in f:
@@ -79,7 +94,7 @@ def run(cfg: DictConfig) -> dict:
                      data_hash=data_hash(cfg))
     dm.prepare_data()
     dm.setup("fit")
-    x, y = load_synthetic(path, dm.shape)
+    x, y = load_synthetic(path, dm.shape, dm)
     if int(y.min()) < 0 or int(y.max()) >= dm.num_classes:
         raise ValueError(f"{path}: labels must be in 0..{dm.num_classes - 1} ({dm.name}), got {int(y.min())}..{int(y.max())}")
     device = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -22,7 +22,9 @@ def load_release(run: Path) -> dict:
     path = run / "generator.pt"
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: `run=` must be a folder written by train.py")
-    return torch.load(path, map_location="cpu", weights_only=False)  # our own file: a pickled module
+    release = torch.load(path, map_location="cpu", weights_only=False)  # our own file: a pickled module
+    release["generator"] = release["generator"].float()  # a kept run stores it in half precision (report.keep)
+    return release
 
 
 def sample(release: dict, n: int, seed: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -36,7 +36,7 @@ USAGE = """usage: python -m dpgen.cli.plan [override ...]
 
 How many training steps fit the privacy budget, read from the same configs and overrides as train.py, without
 training. For example:
-  python -m dpgen.cli.plan experiment=gpate_mnist_eps1
+  python -m dpgen.cli.plan experiment=gpate/mnist_eps1
   python -m dpgen.cli.plan method=dpcgan_reference data=fashion_mnist privacy.epsilon=1 method.module.noise_multiplier=4
 It prints the cost of one step and the number of steps the budget buys in the best and the worst case."""
 GENERATOR_STEPS = "generator steps (global_step)"
@@ -117,7 +117,7 @@ def plan_gswgan(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
     subsampled = module.critic_updates in SUBSAMPLED_UPDATES
     if p.conversion == "pld" and not subsampled:
         raise ValueError("privacy.conversion=pld needs method.module.critic_updates=discarded or scheduled (the PLD holds where "
-                         "each step is the subsampled mechanism, docs/PRIVACY.md); with kept use "
+                         "each step is the subsampled mechanism, docs/methods/gswgan.md); with kept use "
                          "privacy.conversion=classical")
     sanitizer = SanitizerParams(n_discriminators=module.n_discriminators, **module.sanitizer)
     check_draw(sanitizer.draw, module.critic_updates)

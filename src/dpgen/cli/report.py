@@ -18,8 +18,9 @@ writes them, or `metrics.json` and `config.yaml`, as `--keep` stores them) is on
 - `samples.png`: the final sample grid of every image run, titled by method, dataset and budget.
 
 `python -m dpgen.report --keep <run dir> docs/results/<name>` stores the small files of a run (metrics.json,
-privacy.json, the resolved config.yaml and overrides.yaml, the final sample grid) so the row can be regenerated
-without the run folder.
+privacy.json, the resolved config.yaml and overrides.yaml, the final sample grid, the generator in half precision
+up to KEEP_GENERATOR_MB) so the row can be regenerated, and the generator evaluated again, without the run folder;
+`<name>` must be new.
 """
 from __future__ import annotations
 
@@ -35,9 +36,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
+import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from dpgen.cli.common import console, fail  # noqa: E402
+from dpgen.files import atomic_write  # noqa: E402
 from dpgen.privacy.selection import NOT_DP, dp_epsilon  # noqa: E402
 
 
@@ -69,10 +72,35 @@ def final_grid(run: Path) -> Path:
     return next((g for g in grids if g.name == "final.png"), grids[-1] if grids else run / "samples" / "final.png")
 
 
+# The largest generator a kept run holds (its file in half precision): enough for DP-MERF's (0.5 MB) and the G-PATE
+# paper cells' generators, so that a later evaluation (eval=reference, generate.py) needs no retraining, while
+# docs/results stays quick to clone.
+KEEP_GENERATOR_MB = 16.0
+
+
+def keep_generator(source: Path, dest: Path) -> str:
+    """Write the run's generator.pt to `dest` with its floating-point weights and buffers in half precision (what
+    generate.py reads back in float32), unless that exceeds KEEP_GENERATOR_MB; says what it did."""
+    release = torch.load(source, map_location="cpu", weights_only=False)  # our own file: a pickled module
+    release["generator"] = release["generator"].half()
+    release["stored_precision"] = "float16"
+    buffer = io.BytesIO()
+    torch.save(release, buffer)
+    size = buffer.tell() / 2**20
+    if size > KEEP_GENERATOR_MB:
+        return f"generator not kept: {size:.1f} MB in half precision, over the {KEEP_GENERATOR_MB:g} MB of a kept run"
+    atomic_write(dest, lambda f: f.write(buffer.getvalue()))
+    return f"generator kept in half precision ({size:.2f} MB)"
+
+
 def keep(run: Path, dest: Path) -> Path:
-    """Copy the small files of a finished run into `dest` (no checkpoints, no generator)."""
+    """Copy the small files of a finished run into `dest`, a new folder (a kept run's name is never reused): its
+    metrics, privacy report, configuration, final sample grid and, in half precision, its generator (no
+    checkpoints)."""
     if not (run / "metrics.json").exists() or config_file(run) is None:
         raise FileNotFoundError(f"{run}: not a finished run (metrics.json and .hydra/config.yaml)")
+    if (dest / "metrics.json").exists():
+        raise ValueError(f"{dest} already holds a kept run: kept runs are never overwritten, give this one a new name")
     dest.mkdir(parents=True, exist_ok=True)
     for name in ("metrics.json", "privacy.json"):
         if (run / name).exists():
@@ -83,6 +111,8 @@ def keep(run: Path, dest: Path) -> Path:
     if final_grid(run).exists():
         (dest / "samples").mkdir(exist_ok=True)
         shutil.copyfile(final_grid(run), dest / "samples" / "final.png")
+    if (run / "generator.pt").exists():
+        console.print(keep_generator(run / "generator.pt", dest / "generator.pt"))
     return dest
 
 
@@ -195,6 +225,8 @@ def markdown_table(rows: list[dict]) -> str:
 
 BEGIN, END = "<!-- report -->", "<!-- /report -->"
 COMPARISON = "comparison.yaml"  # in the results folder: which run stands for each cell of the comparison table
+CARDS = "cards.yaml"  # beside it: the method cards of RESULTS.md (cli/cards.py)
+RUNS = "RUNS.md"  # beside RESULTS.md: the page of the full run table, where there is one
 COMPARISON_BEGIN, COMPARISON_END = "<!-- comparison -->", "<!-- /comparison -->"
 
 
@@ -341,11 +373,19 @@ def main(argv: list[str] | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     table = markdown_table(rows)
     if (out / "RESULTS.md").exists():
-        write_block(out / "RESULTS.md", table)
-        written = ["RESULTS.md"]
+        runs_page = out / RUNS if (out / RUNS).exists() else out / "RESULTS.md"  # the full run list's page
+        write_block(runs_page, table)
+        written = sorted({"RESULTS.md", runs_page.name})
         spec = next((path / COMPARISON for path in args.paths if (path / COMPARISON).is_file()), None)
         if spec is not None:
             write_block(out / "RESULTS.md", comparison_table(spec), COMPARISON_BEGIN, COMPARISON_END)
+            if (spec.parent / CARDS).is_file():
+                from dpgen.cli.cards import CARDS_BEGIN, CARDS_END, WHICH_BEGIN, WHICH_END, cards, which_method
+                write_block(out / "RESULTS.md", cards(spec.parent / CARDS, spec), CARDS_BEGIN, CARDS_END)
+                readme = out.parent / "README.md"  # its "which method" table, where it has one
+                if readme.is_file() and WHICH_BEGIN in readme.read_text():
+                    write_block(readme, which_method(spec), WHICH_BEGIN, WHICH_END)
+                    written.append(str(readme))
             cells = comparison_runs(spec)  # the plots draw the comparison's cells: one line per method and data
             rows = [row for row in rows if Path(row["path"]).resolve() in cells]
     else:

@@ -21,8 +21,8 @@ from dpgen.callbacks.random_state import RandomState
 from dpgen.callbacks.release import FreePrivateModules, Release
 from dpgen.callbacks.run_clock import RunClock
 from dpgen.callbacks.sample_grid import SampleGrid
-from dpgen.cli.common import (CONF_DIR, check_config, command_line, data_hash, fail, machine, print_summary,
-                              private_val_share, run_job)
+from dpgen.cli.common import CONF_DIR, check_config, command_line, data_hash, fail, machine, private_val_share, run_job
+from dpgen.cli.summary import print_summary
 from dpgen.distributed import leave_process_group, process_rank
 from dpgen.files import atomic_write_text
 from dpgen.memory import peak_rss_gb
@@ -153,7 +153,7 @@ def run(cfg: DictConfig, extra_callbacks: tuple[pl.Callback, ...] = ()) -> dict:
             results[cb.name] = cb.results
     atomic_write_text(out / "metrics.json", json.dumps(results, indent=2, default=float) + "\n")
     grid = next((cb.last_path for cb in callbacks if isinstance(cb, SampleGrid)), None)
-    print_summary(out, results, grid)
+    print_summary(out, results, grid, private=bool(cfg.method.private))
     return results
 
 

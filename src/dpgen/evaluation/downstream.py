@@ -32,7 +32,7 @@ from dpgen.nn.wide_resnet import downstream_wrn
 
 CNNS = {"appendix_e": downstream_cnn, "reference_script": reference_script_cnn, "wrn": downstream_wrn}
 # How the classifier's epoch is chosen (docs/EVALUATION.md): on the synthetic hold-out, on a private validation
-# split by a DP selection, or on the real test set (the papers' protocol, not DP)
+# split by a DP selection, or on the real test set (not DP; the papers choose so, with their own classifiers: eval=reference)
 SELECTIONS = ("synthetic", "private_val", "test")
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from dpgen.aggregation import mean_embedding
+from dpgen.aggregation import feature_maps, mean_embedding
 from dpgen.callbacks.checkpoint_io import CheckpointError
 from dpgen.data.base import TensorData
 from dpgen.methods.base import PrivateGenerator
@@ -51,17 +51,19 @@ class DPMERF(PrivateGenerator):
     embedding of class c (DP-MERF's squared MMD between the released and the generated embeddings).
 
     The generator for images is the project's DCGAN-style one (generator.kind=conv, the default: 93-95% against
-    87-90% for the MLP in docs/RESULTS.md) or DP-MERF's MLP [z, y] -> 200 -> 500 -> C*H*W (kind=fc); for tables, DP-MERF's tabular MLP with a sigmoid per
+    87-90% for the MLP in docs/LOG.md) or DP-MERF's MLP [z, y] -> 200 -> 500 -> C*H*W (kind=fc); for tables, DP-MERF's tabular MLP with a sigmoid per
     continuous column and a drawn category per one-hot block (table_generator). `bandwidth` / `labels` None: the
-    data kind's public defaults (default_bandwidth; labels balanced for images, released for tables). The
-    datamodule's loader only drives Lightning's steps; its batches are not used."""
+    data kind's public defaults (default_bandwidth; labels balanced for images, released for tables). `features`
+    None: phi is the pixel random Fourier features (n_features, bandwidth); a list of blocks: their weighted
+    concatenation (aggregation/feature_maps.py: rff, ntk, conv), rows of norm 1 as well, so the sensitivity and the
+    noise are the same. The datamodule's loader only drives Lightning's steps; its batches are not used."""
 
     neighbouring = "add_remove"
 
     def __init__(self, shape, num_classes, kind, epsilon: float, delta: float, conversion: str = "gdp",
                  batch_size: int = 500, n_features: int = 10_000, bandwidth: float | list[float] | None = None,
                  count_feature: float = 0.2, z_dim: int = 20, lr: float = 1e-2, labels: str | None = None,
-                 chunk_size: int = 4096,
+                 chunk_size: int = 4096, features: list[dict] | None = None,
                  generator: dict | None = None, seed: int = 0):
         if kind not in KIND_LABELS:
             raise ValueError(f"method=dpmerf supports image and table data, not {kind!r}")
@@ -80,13 +82,15 @@ class DPMERF(PrivateGenerator):
         self.batch_size, self.lr, self.labels, self.chunk_size = int(batch_size), float(lr), labels, int(chunk_size)
         self.count_feature = float(count_feature)
         bandwidth = default_bandwidth(kind, self.shape) if bandwidth is None else bandwidth
-        self.features = mean_embedding.RandomFourierFeatures(math.prod(self.shape), n_features, bandwidth, seed)
+        # None: the pixel random Fourier features alone; a list: a weighted concatenation of feature blocks
+        # (aggregation/feature_maps.py), rows of norm 1 either way, so the sensitivity below holds for both
+        self.features = feature_maps.build(features, self.shape, n_features, bandwidth, seed)
         self.sensitivity = mean_embedding.sensitivity(self.count_feature)
         self.sigma = gaussian_sigma(self.epsilon, self.delta, self.sensitivity, conversion)
         self.orders = DEFAULT_ORDERS
         self.ledger = PrivacyLedger(self.orders, aliases=NO_DATA_DEPENDENT_BOUND)
         # the release, post-processed: class mean embeddings (K, D) and noisy class counts (K,)
-        self.register_buffer("target", torch.zeros(self.num_classes, n_features))
+        self.register_buffer("target", torch.zeros(self.num_classes, self.features.n_features))
         self.register_buffer("counts", torch.zeros(self.num_classes))
 
     def build_generator(self, kind: str | None = None, fc: dict | None = None, conv: dict | None = None,
@@ -143,30 +147,40 @@ class DPMERF(PrivateGenerator):
         out = mean_embedding.release(record_chunks(data, self.chunk_size), self.features, self.num_classes,
                                      self.count_feature, self.sigma)
         out.record(self.ledger, {"epsilon": self.epsilon, "delta": self.delta, "conversion": self.conversion,
-                                 "n_features": self.features.n_features, "bandwidth": self.features.bandwidth,
-                                 "feature_seed": self.features.seed, "note": POST_PROCESSING})
+                                 **self.feature_record(), "note": POST_PROCESSING})
         means, counts = out.class_means()
         self.target.copy_(means)
         self.counts.copy_(counts)
 
+    def feature_record(self) -> dict:
+        """The public description of the feature map, for the ledger: n_features, bandwidth and feature_seed of the
+        pixel random Fourier features, or n_features and the blocks of a feature_maps.WeightedConcat."""
+        if isinstance(self.features, mean_embedding.RandomFourierFeatures):
+            return {"n_features": self.features.n_features, "bandwidth": self.features.bandwidth,
+                    "feature_seed": self.features.seed}
+        return {"n_features": self.features.n_features, "feature_map": feature_maps.describe(self.features)}
+
+    def feature_identity(self) -> dict:
+        if isinstance(self.features, mean_embedding.RandomFourierFeatures):
+            return {"seed": self.features.seed, "bandwidth": self.features.bandwidth}
+        return feature_maps.describe(self.features)
+
     def on_save_checkpoint(self, checkpoint):
-        checkpoint[FEATURES_KEY] = {"seed": self.features.seed, "bandwidth": self.features.bandwidth}
+        checkpoint[FEATURES_KEY] = self.feature_identity()
 
     def on_load_checkpoint(self, checkpoint):
         saved = checkpoint.get(FEATURES_KEY)
-        mine = {"seed": self.features.seed, "bandwidth": self.features.bandwidth}
+        mine = self.feature_identity()
         if saved is not None and saved != mine:
             raise CheckpointError(f"this checkpoint's release was made with random features {saved}, not {mine}: "
-                                  "resume it with the same seed and method.module.bandwidth")
+                                  "resume it with the same seed, method.module.bandwidth and method.module.features")
 
     # training
 
     def embedding_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """sum_c |sum_{i: y_i = c} (phi(x_i) - m_c)|^2 / B^2: the squared distance between the generated
         embedding sum_i phi(x_i) e_{y_i}^T / B and the released means weighted by the batch's label shares."""
-        diff = self.features(x) - self.target[y]
-        per_class = torch.zeros_like(self.target).index_add_(0, y, diff)
-        return per_class.pow(2).sum() / len(y) ** 2
+        return feature_maps.mmd_loss(self.features, x, y, self.target)
 
     def training_step(self, batch, batch_idx):
         y = self.sample_labels(self.batch_size)

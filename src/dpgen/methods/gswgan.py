@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 KEPT_CAVEAT = ("critic_updates=kept (the GS-WGAN paper's loop): the drawn critic keeps its updates, so a critic's state "
                "depends on which critics earlier steps drew, which stays secret; the accounting composes each step as "
                "a fresh draw of one critic and assumes it does not. This epsilon follows the paper's argument; it is "
-               "not a proven bound (docs/PRIVACY.md, GS-WGAN). critic_updates=discarded or scheduled makes it one.")
+               "not a proven bound (docs/methods/gswgan.md). critic_updates=discarded or scheduled makes it one.")
 WARM_START, PARTIAL = "pretrained_critics.pt", "pretrained_critics.partial.pt"
 
 
@@ -49,7 +49,7 @@ class GSWGAN(PrivateGenerator):
     depending on the draws); the reference keeps the drawn critic's updates ("kept", which privacy.json flags).
     With sanitizer.draw="per_sample" (not in the paper) each sample's gradient comes from a critic drawn for it
     alone, the same way through a thrown-away copy, which makes the paper's count of B subsampled events per step
-    the sound one (docs/PRIVACY.md, GS-WGAN). `critic_fakes` chooses how the critic steps' fakes are made
+    the sound one (docs/methods/gswgan.md). `critic_fakes` chooses how the critic steps' fakes are made
     (`fakes_for`).
 
     The released generator (`generator`: `net_ema`) is the base class's moving average of the trained `net_g`
@@ -221,7 +221,7 @@ class GSWGAN(PrivateGenerator):
 
     @property
     def pld_ready(self) -> bool:
-        """The PLD of the sound bound holds where each step is the subsampled mechanism (docs/PRIVACY.md)."""
+        """The PLD of the sound bound holds where each step is the subsampled mechanism (docs/methods/gswgan.md)."""
         return self.critic_updates in SUBSAMPLED_UPDATES
 
     def step_cost(self):

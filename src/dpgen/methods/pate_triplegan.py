@@ -23,7 +23,7 @@ over the expected DP-SGD batch, both averages as in Triple-GAN's loss). The pair
 the votes are released, so neither changes the privacy argument; clipping only the records' term lets the
 unclipped "fake" term dominate the student, the fault DP-GAN's `fake_term` names (methods/dpgan.py).
 
-Two deliberate deviations, both to keep DP-SGD's per-record sensitivity true (docs/PRIVACY.md):
+Two deliberate deviations, both to keep DP-SGD's per-record sensitivity true (docs/methods/pate_triplegan.md):
   - the target of a classifier pair is decided by its own record (`pair_target`): "agree", real iff the record
     is labelled and the classifier agrees with its label, as a teacher that knew the label would vote; or
     "labelled", real iff the record is labelled, as the teachers vote on real images while the generator's are
@@ -160,7 +160,7 @@ class PATETripleGAN(PrivateGenerator):
     def pld_ready(self) -> bool:
         """Votes are Gaussians; the DP-SGD part has a PLD event unless accounted by the central-limit mu. With
         vote_charge="answered" the number of charged GNMax releases is itself an outcome of the checks, and no
-        proof covers a PLD composition of an adaptively chosen count (docs/PRIVACY.md): refused."""
+        proof covers a PLD composition of an adaptively chosen count (docs/methods/pate_triplegan.md): refused."""
         return self.hybrid.accounting == "rdp" and self.hybrid.vote_charge == "every"
 
     def step_cost(self):

@@ -25,7 +25,7 @@ NO_GUARANTEE = ("method=pategan_2018_code reproduces PATE-GAN's 2018 public code
                 "privacy argument: one WGAN-GP critic reads records from the whole training set, unnoised, at every "
                 "step, and Gaussian noise flips only its real / fake targets. No differential privacy guarantee "
                 "holds for the generator; `claimed_epsilon` is the epsilon the code's label-noise formula was given, "
-                "not a bound (docs/PRIVACY.md).")
+                "not a bound (docs/methods/pategan.md).")
 
 
 def code_label_noise(epsilon: float, delta: int = 5) -> float:

@@ -19,7 +19,7 @@ With draw="per_sample" (not in the paper) each of the B samples draws its own cr
 sanitized gradient is then a subsampled Gaussian of its own at noise multiplier sigma (sensitivity 2C, noise
 2C sigma), and a step is B of them, which is the paper's count made sound; both bounds are that count.
 
-docs/PRIVACY.md works a number through.
+docs/methods/gswgan.md works a number through.
 """
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def check_batch_size(batch_size: int) -> None:
 
 
 # How the critics whose gradients a step sanitizes are drawn: "per_step", one for the whole batch (the paper);
-# "per_sample", one for each sample, independently (docs/PRIVACY.md, GS-WGAN)
+# "per_sample", one for each sample, independently (docs/methods/gswgan.md)
 DRAWS = ("per_step", "per_sample")
 # the ledger's mechanism per draw; per_sample counts sanitized samples, each its own draw
 MECHANISM = {"per_step": "gswgan_sanitizer", "per_sample": "gswgan_sanitizer_per_sample"}
@@ -100,7 +100,7 @@ def rdp_gswgan_step(n_discriminators: int, batch_size: int, noise_multiplier: fl
     }
 
 
-# What becomes of the critics' updates (docs/PRIVACY.md, GS-WGAN): "discarded", a thrown-away copy of the drawn
+# What becomes of the critics' updates (docs/methods/gswgan.md): "discarded", a thrown-away copy of the drawn
 # critic takes its steps, so every critic stays at its warm start; "scheduled", in addition critic (step mod N_D)
 # keeps the updates of its own steps, a public schedule that does not depend on the draws; "kept", the paper's
 # loop, the drawn critic keeps its updates.
@@ -112,7 +112,7 @@ SUBSAMPLED_UPDATES = ("discarded", "scheduled")
 def sound_pld_event(n_discriminators: int, batch_size: int, noise_multiplier: float) -> dict:
     """The PLD event of one step under the sound bound: dp_accounting's Poisson-subsampled Gaussian pair under
     REPLACE_ONE at rate 1 / N_D and noise multiplier sigma / sqrt(B) dominates the step when no critic's state
-    depends on earlier draws (critic_updates in SUBSAMPLED_UPDATES; the derivation is in docs/PRIVACY.md, GS-WGAN)."""
+    depends on earlier draws (critic_updates in SUBSAMPLED_UPDATES; the derivation is in docs/methods/gswgan.md)."""
     check_batch_size(batch_size)
     return check_event({"kind": "replace_poisson_gaussian", "sample_rate": 1.0 / n_discriminators,
                         "noise_multiplier": noise_multiplier / np.sqrt(batch_size)})
@@ -121,7 +121,8 @@ def sound_pld_event(n_discriminators: int, batch_size: int, noise_multiplier: fl
 def sound_pld_events(n_discriminators: int, batch_size: int, noise_multiplier: float,
                      draw: str = "per_step") -> tuple[dict, int]:
     """(event, count) of one step under the sound bound: per_step, `sound_pld_event` once; per_sample, the same
-    pair for one sample (multiplier sigma), B times, one for each independently drawn critic (docs/PRIVACY.md)."""
+    pair for one sample (multiplier sigma), B times, one for each independently drawn critic
+    (docs/methods/gswgan.md)."""
     check_batch_size(batch_size)
     check_draw(draw)
     if draw == "per_sample":

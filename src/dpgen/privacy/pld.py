@@ -8,7 +8,7 @@ the central-limit mu of Bu et al. 2020. A release is described by a plain dict (
   {"kind": "poisson_gaussian", "sample_rate": q, "noise_multiplier": s}  one DP-SGD step (Poisson rate q);
   {"kind": "replace_poisson_gaussian", "sample_rate": q, "noise_multiplier": s}  dp_accounting's Poisson-subsampled
       Gaussian pair under REPLACE_ONE, q N(-1) + (1-q) N(0) against q N(1) + (1-q) N(0) (std s): a step it dominates
-      (GS-WGAN's, docs/PRIVACY.md) composes with the others as that pair.
+      (GS-WGAN's, docs/methods/gswgan.md) composes with the others as that pair.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """Choosing one of several candidates (the downstream classifier's epochs) by their correct counts on private
-records, and what that choice adds to the generator's guarantee (docs/PRIVACY.md "Choosing the classifier's epoch
-on a private validation split")."""
+records, and what that choice adds to the generator's guarantee (docs/methods/private_val.md)."""
 
 from __future__ import annotations
 
