@@ -166,7 +166,8 @@ def plan_dpmerf(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
     sigma = gaussian_sigma(p.epsilon, p.delta, mean_embedding.sensitivity(a), p.conversion)
     return mean_embedding.step_cost(a, sigma, DEFAULT_ORDERS), {
         "mechanism": mean_embedding.MECHANISM, "sensitivity": mean_embedding.sensitivity(a), "sigma": sigma,
-        "n_features": module.n_features, "steps": "free: training reads only the release (post-processing)"}
+        "features": module.n_features if module.get("features") is None else "the blocks of method.module.features",
+        "steps": "free: training reads only the release (post-processing)"}
 
 
 PLANNERS = {"dpmerf": plan_dpmerf, "gpate": plan_gpate, "pategan": plan_pategan, "pate_triplegan": plan_pate_triplegan,
