@@ -2,9 +2,10 @@
 they must be what the report makes of those files."""
 from pathlib import Path
 
-from dpgen.cli.cards import CARDS_BEGIN, CARDS_END, WHICH_BEGIN, WHICH_END, cards, which_method
-from dpgen.cli.report import (BEGIN, CARDS, COMPARISON, COMPARISON_BEGIN, COMPARISON_END, END, comparison_table,
-                              find_runs, load_run, markdown_table)
+from dpgen.cli.cards import (CARDS_BEGIN, CARDS_END, TABLES_BEGIN, TABLES_END, WHICH_BEGIN, WHICH_END, cards,
+                             tables_table, which_method)
+from dpgen.cli.report import (BEGIN, CARDS, COMPARISON, COMPARISON_BEGIN, COMPARISON_END, END, TABLES,
+                              comparison_table, find_runs, load_run, markdown_table)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,6 +23,8 @@ def test_results_table_is_generated_from_the_kept_run_files(monkeypatch):
     assert comparison == "\n" + comparison_table(Path("docs/results") / COMPARISON), f"the comparison {stale}"
     block = text.split(CARDS_BEGIN, 1)[1].split(CARDS_END, 1)[0]
     assert block == "\n" + cards(Path("docs/results") / CARDS, Path("docs/results") / COMPARISON), f"the cards {stale}"
+    block = text.split(TABLES_BEGIN, 1)[1].split(TABLES_END, 1)[0]
+    assert block == "\n" + tables_table(Path("docs/results") / TABLES), f"the tables {stale}"
     assert text.index(COMPARISON_BEGIN) < text.index(CARDS_BEGIN)  # the comparison opens the page, the cards follow
 
 

@@ -23,8 +23,8 @@ def build(name: str, **overrides) -> DPGenDataModule:
 
 def test_every_config_has_target_and_name():
     names = sorted(p.stem for p in CONF.glob("*.yaml"))
-    assert names == ["celeba", "celeba_gender_l", "celeba_gender_s", "celeba_hair", "csv", "fashion_mnist",
-                     "image_folder", "kaggle_credit", "mnist"]
+    assert names == ["celeba", "celeba_gender_l", "celeba_gender_s", "celeba_hair", "csv", "doctor_contacts",
+                     "fashion_mnist", "hi", "image_folder", "kaggle_credit", "mnist"]
     for name in set(names) - set(ALIASES):
         cfg = OmegaConf.load(CONF / f"{name}.yaml")
         assert cfg._target_.startswith("dpgen.data.") and cfg.name == name

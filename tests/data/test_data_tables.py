@@ -1,8 +1,10 @@
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 
 from dpgen.data.errors import DataConfigError, DataFormatError, DataNotFoundError
-from dpgen.data.tables import CSVDataModule, KaggleCreditDataModule
+from dpgen.data.tables import CSVDataModule, KaggleCreditDataModule, decode
 
 CREDIT_RANGES = {"default_range": [-10.0, 10.0], "ranges": {"Amount": [0.0, 5000.0]}}  # as conf/data
 
@@ -207,3 +209,42 @@ def test_csv_with_only_categorical_features_needs_no_ranges(tmp_path):
     assert dm.scaling == "public" and dm.shape == (2,)
     dm.setup()
     assert torch.equal(dm.train_data.x.sum(1), torch.ones(2))
+
+
+LISTED = "age,colour,y,size\n" + "".join(
+    f"{20 + r},{['red', 'green', 'blue'][r % 3]},{['no', 'yes'][r % 2]},{r * 0.5}\n" for r in range(20))
+
+
+def mixed_module(tmp_path, **kwargs) -> CSVDataModule:
+    (tmp_path / "m.csv").write_text(LISTED)
+    return CSVDataModule(path=str(tmp_path / "m.csv"), label="y", classes=["no", "yes"],
+                         categorical={"colour": ["red", "green", "blue"]}, ranges={"age": [0, 100], "size": [0, 20]},
+                         root=str(tmp_path), **kwargs)
+
+
+def test_records_decode_to_the_files_columns_and_back(tmp_path):
+    """to_frame: the file's column names, units, categories and labels (features in order, then the label);
+    records: the same table encoded again as the datamodule's own split."""
+    dm = mixed_module(tmp_path)
+    dm.setup()
+    frame = dm.to_frame(dm.train_data.x, dm.train_data.y)
+    assert list(frame.columns) == ["age", "colour", "size", "y"]
+    original = pd.read_csv(tmp_path / "m.csv")
+    rounded = frame.assign(age=frame.age.round().astype(int))
+    merged = rounded.merge(original, on=["age", "colour", "y"], suffixes=("", "_file"))
+    assert len(merged) == len(frame) == 16 and set(frame.colour) == {"red", "green", "blue"}
+    assert np.allclose(merged["size"], merged["size_file"], atol=1e-5) and set(frame.y) == {"no", "yes"}
+    again = dm.records(frame, "frame")
+    assert torch.allclose(again.x, dm.train_data.x, atol=1e-6) and torch.equal(again.y, dm.train_data.y)
+    # generated records: categories by the largest entry of each block, continuous back to units
+    x = torch.tensor([[0.5, 0.8, 0.1, 0.7, 0.2]])  # age, size, then the colour block
+    row = decode(x, torch.tensor([1]), dm.schema()).iloc[0]
+    assert (row.colour, row.y) == ("green", "yes") and np.allclose([row.age, row["size"]], [50.0, 16.0])
+
+
+def test_schema_of_fit_scaling_needs_the_data(tmp_path):
+    dm = mixed_module(tmp_path, scaling="fit", allow_data_dependent_preprocessing=True)
+    with pytest.raises(DataConfigError, match="after setup"):
+        dm.schema()
+    dm.setup()
+    assert dm.schema()["low"][0] == dm.low[0]

@@ -13,6 +13,7 @@ from dpgen.cli.report import load_run, percent
 
 CARDS_BEGIN, CARDS_END = "<!-- cards -->", "<!-- /cards -->"
 WHICH_BEGIN, WHICH_END = "<!-- which method -->", "<!-- /which method -->"
+TABLES_BEGIN, TABLES_END = "<!-- tables -->", "<!-- /tables -->"
 KINDS = {"DP": "DP", "data-dependent": "data-dependent (its DP bound is larger)", "none": "none"}
 
 
@@ -114,3 +115,20 @@ def which_method(comparison_path: Path) -> str:
                          f"| {method['name']} | {pair('mnist')} | {pair('fashion_mnist')} | "
                          f"{minutes(rows['mnist_1'])} | {', '.join(kinds)} |"))
     return "\n".join(lines + [line for _, line in sorted(rows_out)]) + "\n"  # best MNIST eps = 1 first
+
+
+def tables_table(spec_path: Path) -> str:
+    """The tabular cells of `spec_path` (tables.yaml): each cell's rerun, mean AUROC / AUPRC of the downstream
+    models, time and run, or why no run stands there."""
+    folder = spec_path.parent
+    lines = ["| cell | rerun | AUROC / AUPRC | wall time (s) | run |", "|---|---|---|---:|---|"]
+    for cell in OmegaConf.to_container(OmegaConf.load(spec_path))["cells"]:
+        experiment = cell["experiment"]
+        if not cell.get("run"):
+            lines.append(f"| {experiment} | `experiment={experiment}` | {cell['note']} | | |")
+            continue
+        row = load_run(folder / cell["run"])
+        scores = " / ".join("-" if row["utility"].get(k) is None else f"{row['utility'][k]:.3f}" for k in ("auroc", "auprc"))
+        lines.append(f"| {experiment} | `experiment={experiment}` | {scores} | {row['wall_time']} | "
+                     f"{run_link(folder, cell['run'])} |")
+    return "\n".join(lines) + "\n"

@@ -1,5 +1,12 @@
 """`python generate.py run=<run folder> n=60000 format=npz|csv|png`: a synthetic data set from a released
-generator, with the run's privacy.json copied beside it. Sampling is post-processing: it costs no privacy."""
+generator, with the run's privacy.json copied beside it. Sampling is post-processing: it costs no privacy.
+
+format=csv of a table: the columns of the original file (its feature names, then its label column), continuous
+values in their units and categories and labels as the file writes them (`dpgen.data.tables.decode`), so that the
+synthetic file reads like the real one; evaluate.py reads it back. The table's schema comes from the release
+(`table_schema`) or else from the run's recorded data configuration (<run>/.hydra/config.yaml, or a kept run's
+<run>/config.yaml). Images, and tables whose schema cannot be had, are written as the encoded records (`x0..` or
+the feature names, then `label`)."""
 from __future__ import annotations
 
 import shutil
@@ -8,11 +15,14 @@ from pathlib import Path
 import hydra
 import numpy as np
 import torch
-from omegaconf import DictConfig
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
 from rich.progress import track
 from torchvision.utils import save_image
 
 from dpgen.cli.common import CONF_DIR, check_config, console, run_job
+from dpgen.data.errors import DataError
+from dpgen.data.tables import decode
 from dpgen.nn.generator import generate
 
 FORMATS = ("npz", "csv", "png")
@@ -37,12 +47,43 @@ def sample(release: dict, n: int, seed: int, batch_size: int) -> tuple[torch.Ten
     return x, labels
 
 
-def write(x: torch.Tensor, y: torch.Tensor, release: dict, fmt: str, out: Path) -> Path:
+def table_schema(release: dict, run: Path) -> dict | None:
+    """The table's schema (CSVDataModule.schema): the release's, else rebuilt from the run's recorded data
+    configuration (set up first only for scaling=fit, whose ranges are the training split's); None for images or
+    when neither is there (a note says why)."""
+    if release.get("kind") != "table":
+        return None
+    if release.get("table_schema"):
+        return release["table_schema"]
+    recorded = next((p for p in (run / ".hydra" / "config.yaml", run / "config.yaml") if p.is_file()), None)
+    if recorded is None:  # a kept run (python -m dpgen.report --keep) has its config.yaml at the top
+        console.print(f"[yellow]note:[/] neither {run / '.hydra' / 'config.yaml'} nor {run / 'config.yaml'} exists: "
+                      "the CSV has the encoded columns, not the file's", soft_wrap=True)
+        return None
+    cfg = OmegaConf.load(recorded)
+    try:
+        dm = instantiate(cfg.data, batch_size=1, n_teachers=1, seed=int(cfg.get("seed", 0)),
+                         allow_data_dependent_preprocessing=not cfg.method.private)
+        if not hasattr(dm, "schema"):
+            return None
+        if dm.scaling == "fit":
+            dm.setup("fit")
+        return dm.schema()
+    except DataError as err:
+        console.print(f"[yellow]note:[/] the CSV has the encoded columns: the run's data configuration gave no "
+                      f"schema ({str(err).splitlines()[0]})", soft_wrap=True)
+        return None
+
+
+def write(x: torch.Tensor, y: torch.Tensor, release: dict, fmt: str, out: Path, schema: dict | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     names = release["class_names"]
     if fmt == "npz":
         path = out / "synthetic.npz"
         np.savez_compressed(path, x=x.numpy(), y=y.numpy(), class_names=np.array(names))
+    elif fmt == "csv" and schema is not None:
+        path = out / "synthetic.csv"
+        decode(x.reshape(len(x), -1), y, schema).to_csv(path, index=False, float_format="%.6g")
     elif fmt == "csv":
         path = out / "synthetic.csv"
         flat = x.reshape(len(x), -1).numpy()
@@ -76,7 +117,8 @@ def run(cfg: DictConfig) -> Path:
         release["sample_batch_norm"] = b or None
     x, y = sample(release, int(cfg.n), int(cfg.seed), int(cfg.batch_size))
     out = Path(cfg.out) if cfg.out else run_dir / "synthetic"
-    path = write(x, y, release, cfg.format, out)
+    schema = table_schema(release, run_dir) if cfg.format == "csv" else None
+    path = write(x, y, release, cfg.format, out, schema)
     privacy = run_dir / "privacy.json"
     if privacy.is_file():
         shutil.copy(privacy, out / "privacy.json")

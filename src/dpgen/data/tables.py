@@ -128,6 +128,7 @@ class CSVDataModule(DPGenDataModule):
         self.num_classes = len(self.classes)
         self.test_fraction, self.split_seed = float(test_fraction), int(split_seed)
         columns = list(features) if features is not None else self.header_features()
+        self.features = columns
         self.categorical = self.categorical_values(categorical or {}, columns)
         self.continuous = [c for c in columns if c not in self.categorical]
         self.feature_names = self.continuous + [f"{c}={v}" for c, values in self.categorical.items() for v in values]
@@ -194,7 +195,11 @@ class CSVDataModule(DPGenDataModule):
         return bounds[:, 0], bounds[:, 1]
 
     def read(self, path: Path) -> tuple[np.ndarray, np.ndarray]:
-        frame = pd.read_csv(path, low_memory=False)
+        return self.read_frame(pd.read_csv(path, low_memory=False), path)
+
+    def read_frame(self, frame: pd.DataFrame, path: Path | str) -> tuple[np.ndarray, np.ndarray]:
+        """Unscaled records (continuous columns, then the one-hot blocks) and class indices of a table in the
+        file's layout; `path` names it in errors."""
         if frame.empty:
             raise DataFormatError(f"{path}: no data rows")
         check_columns(frame, [self.label, *self.continuous, *self.categorical], path)
@@ -237,6 +242,29 @@ class CSVDataModule(DPGenDataModule):
                                   f"range (|v| > 3.4e38) in record {row} of the split; rescale that column or give "
                                   "it a public range (data.ranges)")
 
+    def records(self, frame: pd.DataFrame, source: Path | str) -> TensorData:
+        """A table in the file's layout (e.g. a synthetic CSV from generate.py, or the real training file) as the
+        records the methods and evaluations see: encoded and scaled as this datamodule's own splits."""
+        if self.scaling == "fit" and self.low is None:
+            raise DataConfigError(f"{self.name}: scaling=fit knows its ranges only after setup()")
+        return self.tensor_data(*self.read_frame(frame, source))
+
+    def schema(self) -> dict:
+        """What maps records back to the file's columns (`decode`), as plain values: the label column and its
+        classes, the feature columns in order, which are continuous and with which ranges, the categorical
+        columns' values. Public configuration only, but for scaling=fit (non-private methods), whose ranges are
+        the training split's and known after setup()."""
+        if self.scaling == "fit" and self.low is None:
+            raise DataConfigError(f"{self.name}: scaling=fit knows its ranges only after setup()")
+        return {"label": self.label, "classes": list(self.classes), "features": list(self.features),
+                "continuous": list(self.continuous), "categorical": {k: list(v) for k, v in self.categorical.items()},
+                "low": None if self.low is None else [float(v) for v in self.low],
+                "high": None if self.high is None else [float(v) for v in self.high]}
+
+    def to_frame(self, x: torch.Tensor, y: torch.Tensor) -> pd.DataFrame:
+        """Records (e.g. generated ones) as a table with the file's column names and values (`decode`)."""
+        return decode(x, y, self.schema())
+
     def to_original(self, x: torch.Tensor) -> torch.Tensor:
         """Scaled records (e.g. generated ones) back to the units of the file (one-hot blocks as they are)."""
         if self.low is None:
@@ -244,6 +272,33 @@ class CSVDataModule(DPGenDataModule):
         n = len(self.continuous)
         low, high = (torch.as_tensor(v, dtype=x.dtype, device=x.device) for v in (self.low, self.high))
         return torch.cat([low + x[:, :n] * (high - low), x[:, n:]], 1)
+
+
+def decode(x, y, schema: dict) -> pd.DataFrame:
+    """Records in the datamodules' layout (continuous columns scaled to [0, 1], then one one-hot block per
+    categorical column) and class indices -> a table with the original column names and values: the features in
+    the configured order, then the label column. Continuous columns are mapped back to their units (as
+    `CSVDataModule.to_original`); each categorical column takes the value of its block's largest entry (generated
+    blocks are exactly one-hot); labels are the configured classes as written in the file."""
+    x = x.detach().cpu().double().numpy() if isinstance(x, torch.Tensor) else np.asarray(x, dtype=float)
+    y = y.detach().cpu().numpy() if isinstance(y, torch.Tensor) else np.asarray(y)
+    continuous, categorical = schema["continuous"], schema["categorical"]
+    width = len(continuous) + sum(len(v) for v in categorical.values())
+    if x.ndim != 2 or x.shape[1] != width:
+        raise ValueError(f"records of shape {tuple(x.shape)} do not match the table's {width} encoded columns")
+    values = x[:, :len(continuous)]
+    if schema.get("low") is not None:
+        low, high = np.asarray(schema["low"]), np.asarray(schema["high"])
+        values = low + values * (high - low)
+    columns = {name: values[:, j] for j, name in enumerate(continuous)}
+    start = len(continuous)
+    for name, levels in categorical.items():
+        block = x[:, start:start + len(levels)]
+        columns[name] = np.asarray(levels, dtype=object)[block.argmax(1)]
+        start += len(levels)
+    frame = pd.DataFrame({name: columns[name] for name in schema["features"]})
+    frame[schema["label"]] = np.asarray(schema["classes"], dtype=object)[y.astype(np.int64)]
+    return frame
 
 
 CREDIT_FEATURES = [f"V{i}" for i in range(1, 29)] + ["Amount"]

@@ -1,0 +1,158 @@
+"""MST and AIM (McKenna et al.; private-pgm's mechanisms as smartnoise-synth packages them) on the project's real
+tables, on the same fixed split as the project's methods: a synthetic CSV in the table's own layout per run, which
+the project's evaluate.py then scores with the same downstream classifiers.
+
+Runs in its own virtual environment (smartnoise-synth pins an old Opacus and brings JAX; it is no dependency of
+dpgen): `bash experiments/tabular_peers/run.sh` builds it and runs this for every cell. By hand:
+
+    .cache/peers-venv/bin/python experiments/tabular_peers/peers.py --table hi --mechanism mst --epsilon 1 \
+        --out outputs/tabular_peers/mst_hi_eps1
+
+Inputs: <root>/rtables/<table>_train.csv (`python -m dpgen.data.rtables`), the categories of conf/data/<table>.yaml
+and the public bin edges below. Nothing about the domain is read from the records, so the mechanism's own
+(epsilon, delta) is the whole cost: every column is given to smartnoise as integer codes 0..k-1 whose number k
+is public, with a fixed-bounds transformer that spends nothing (BinTransformer with lower 0, upper k).
+
+Continuous columns: binned with the bin edges below, public round numbers inside the ranges of
+conf/data/<table>.yaml (values outside are clipped into the first / last bin as the datamodule clips them); a
+synthetic value is drawn uniformly inside its bin (post-processing). Counts whose mass sits near zero get finer
+bins there (that visit counts are skewed is general knowledge, not read from the data).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def steps(low: float, high: float, width: float) -> list[float]:
+    return list(np.arange(low, high + width / 2, width))
+
+
+# Public bin edges per continuous column, inside conf/data/<table>.yaml's ranges
+EDGES = {
+    "hi": {
+        "whrswk": steps(0, 100, 5),            # hours per week, 5-hour bins
+        "experience": steps(-10, 70, 5),       # years, 5-year bins
+        "kidslt6": steps(0, 10, 1),            # children, one bin per count
+        "kids618": steps(0, 10, 1),
+        "husby": steps(0, 250, 10),            # thousands of dollars, 10k bins
+    },
+    "doctor_contacts": {
+        "mdu": [0, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50, 100],  # visits per year: single counts near zero
+        "lc": steps(0, 5, 0.25),
+        "lpi": steps(0, 10, 0.5),
+        "fmde": steps(0, 10, 0.5),
+        "ndisease": steps(0, 100, 2.5),
+        "linc": steps(0, 12, 0.5),
+        "lfam": steps(0, 3, 0.25),
+        "educdec": steps(0, 30, 1),
+        "age": steps(0, 100, 5),
+    },
+}
+
+
+def data_config(table: str) -> dict:
+    return yaml.safe_load((REPO / "conf" / "data" / f"{table}.yaml").read_text())
+
+
+def encode(frame: pd.DataFrame, cfg: dict, edges: dict) -> tuple[pd.DataFrame, list[int]]:
+    """Every column (features then label) as integer codes, and each column's number of codes."""
+    codes, cards = {}, []
+    for name in cfg["features"] + [cfg["label"]]:
+        levels = cfg["classes"] if name == cfg["label"] else (cfg["categorical"] or {}).get(name)
+        if levels is not None:
+            index = {str(v): i for i, v in enumerate(levels)}
+            mapped = frame[name].astype(str).map(index)
+            if mapped.isna().any():
+                raise ValueError(f"{name}: value {frame[name][mapped.isna()].iloc[0]!r} not among {levels}")
+            codes[name], k = mapped.astype(int).to_numpy(), len(levels)
+        else:
+            e = np.asarray(edges[name], dtype=float)
+            low, high = cfg["ranges"][name]
+            if not (e[0] == low and e[-1] == high and np.all(np.diff(e) > 0)):
+                raise ValueError(f"{name}: bin edges must rise from {low} to {high}, the configured range")
+            values = np.clip(frame[name].to_numpy(dtype=float), low, high)
+            codes[name], k = np.clip(np.searchsorted(e, values, side="right") - 1, 0, len(e) - 2), len(e) - 1
+        cards.append(k)
+    return pd.DataFrame(codes), cards
+
+
+def decode(codes: pd.DataFrame, cfg: dict, edges: dict, rng: np.random.Generator) -> pd.DataFrame:
+    """Integer codes back to the table's layout; a continuous value uniform in its bin."""
+    out = {}
+    for name in cfg["features"] + [cfg["label"]]:
+        c = codes[name].to_numpy().astype(int)
+        levels = cfg["classes"] if name == cfg["label"] else (cfg["categorical"] or {}).get(name)
+        if levels is not None:
+            out[name] = np.asarray([str(v) for v in levels], dtype=object)[c]
+        else:
+            e = np.asarray(edges[name], dtype=float)
+            out[name] = e[c] + rng.random(len(c)) * (e[c + 1] - e[c])
+    return pd.DataFrame(out)
+
+
+def synthesize(codes: pd.DataFrame, cards: list[int], mechanism: str, epsilon: float, delta: float,
+               n: int) -> pd.DataFrame:
+    from snsynth import Synthesizer
+    from snsynth.transform import BinTransformer, TableTransformer
+
+    # integer codes with their public number of values: nothing fitted from the data, no budget spent here
+    transformer = TableTransformer([BinTransformer(bins=k, lower=0, upper=k) for k in cards])
+    synth = Synthesizer.create(mechanism, epsilon=epsilon, delta=delta)
+    synth.fit(codes, transformer=transformer, preprocessor_eps=0.0)
+    sample = synth.sample(n)
+    frame = pd.DataFrame(sample, columns=codes.columns)
+    # the fixed-bounds transformer returns bin midpoints k + 0.5
+    return frame.apply(lambda col: np.floor(col.astype(float)).astype(int).clip(0, None))
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.machine()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--table", required=True, choices=sorted(EDGES))
+    parser.add_argument("--mechanism", required=True, choices=["mst", "aim"])
+    parser.add_argument("--epsilon", type=float, required=True)
+    parser.add_argument("--delta", type=float, default=1e-5)
+    parser.add_argument("--n", type=int, default=None, help="synthetic rows (default: as many as the training split)")
+    parser.add_argument("--root", type=Path, default=Path(os.environ.get("DPGEN_DATA") or "~/.cache/dpgen"))
+    parser.add_argument("--seed", type=int, default=0, help="the uniform draws inside bins (the mechanism's noise "
+                                                             "is smartnoise's own)")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    cfg, edges = data_config(args.table), EDGES[args.table]
+    train = pd.read_csv(args.root.expanduser() / cfg["path"])
+    codes, cards = encode(train, cfg, edges)
+    n = args.n or len(train)
+    start = time.time()
+    synthetic = synthesize(codes, cards, args.mechanism, args.epsilon, args.delta, n)
+    seconds = time.time() - start
+    args.out.mkdir(parents=True, exist_ok=True)
+    decode(synthetic, cfg, edges, np.random.default_rng(args.seed)).to_csv(args.out / "synthetic.csv", index=False,
+                                                                           float_format="%.6g")
+    from importlib.metadata import version
+    info = {"mechanism": args.mechanism, "table": args.table, "epsilon": args.epsilon, "delta": args.delta,
+            "rows": n, "train_rows": len(train), "columns": dict(zip(codes.columns, cards)),
+            "seconds": round(seconds, 1), "smartnoise_synth": version("smartnoise-synth"),
+            "cpu": cpu_model(), "threads": os.environ.get("OMP_NUM_THREADS")}
+    (args.out / "peer.json").write_text(json.dumps(info, indent=2) + "\n")
+    print(json.dumps(info))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# MST and AIM beside dpgen's methods on the real tables, on the same fixed split, scored by the same classifiers.
+# Builds its own virtual environment (smartnoise-synth is no dependency of dpgen: it pins an old Opacus and brings
+# JAX), then for each cell writes a synthetic CSV in the table's own layout (peers.py) and scores it with the
+# project's evaluate.py (G-PATE appendix E's 4 classifiers; PEER_MODELS=pategan for PATE-GAN's 12). From the
+# repository root, after `python -m dpgen.data.rtables`:
+#   bash experiments/tabular_peers/run.sh [outputs/tabular_peers]
+# PEERS_VENV (default .cache/peers-venv), CELLS (default "mst:hi:1 aim:hi:1 ..."), PYTHON (dpgen's interpreter).
+set -euo pipefail
+out=${1:-outputs/tabular_peers}
+venv=${PEERS_VENV:-.cache/peers-venv}
+python=${PYTHON:-python}
+models=${PEER_MODELS:-gpate}
+cells=${CELLS:-"mst:hi:1 aim:hi:1 mst:doctor_contacts:1 aim:doctor_contacts:1 mst:hi:10 aim:hi:10 mst:doctor_contacts:10 aim:doctor_contacts:10"}
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install "smartnoise-synth==1.0.8"   # 1.0.8: MST and AIM on private-pgm (mbi 1.1, JAX)
+fi
+mkdir -p "$out"
+for cell in $cells; do
+  IFS=: read -r mechanism table eps <<< "$cell"
+  name=${mechanism}_${table}_eps${eps}
+  if [ ! -f "$out/$name/synthetic.csv" ]; then
+    OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} "$venv/bin/python" experiments/tabular_peers/peers.py --table "$table" \
+      --mechanism "$mechanism" --epsilon "$eps" --out "$out/$name"
+  fi
+  OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} "$python" evaluate.py synthetic="$out/$name/synthetic.csv" data="$table" \
+    '~eval.callbacks.image_quality' eval.callbacks.downstream.tabular_models="$models" \
+    out="$out/$name/synthetic.$models.eval.json"
+done
