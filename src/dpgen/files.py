@@ -49,18 +49,16 @@ def read_json_lines(path: str | os.PathLike) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def append_json_line(path: str | os.PathLike, record: dict) -> list[dict]:
-    """Append `record` to the JSON-lines file `path` and return every record it now holds. Appends by different
-    processes are serialised by an exclusive lock on `<path>.lock`, and the file is replaced atomically
-    (`atomic_write`) with its previous lines unchanged: it is always a whole earlier version, never a torn line."""
+def append_json_line(path: str | os.PathLike, record: dict) -> None:
+    """Append `record` to the JSON-lines file `path`. Appends by different processes are serialised by an exclusive
+    lock on `<path>.lock`, and the file is replaced atomically (`atomic_write`) with its previous lines unchanged:
+    it is always a whole earlier version, never a torn line."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(path.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        records = [*read_json_lines(path), record]
         previous = path.read_bytes() if path.is_file() else b""
         atomic_write(path, lambda f: f.write(previous + (json.dumps(record, default=float) + "\n").encode()))
-        return records
 
 
 def fsync_dir(folder: Path) -> None:

@@ -202,8 +202,8 @@ class DownstreamUtility(EvaluationCallback):
         if "charges" in state_dict:
             self.charges = list(state_dict["charges"])
         else:  # a checkpoint of an older dpgen: a count of selections at this callback's epsilon
-            self.charges = [{"epsilon": self.private_val_epsilon, "disjoint": True, "split": None,
-                             "by": self.charged_by} for _ in range(int(state_dict["selections"]))]
+            self.charges = [charge(self.private_val_epsilon, True, None, self.charged_by, [], None)
+                            for _ in range(int(state_dict["selections"]))]
 
     def evaluate(self, trainer, pl_module) -> dict:
         test = trainer.datamodule.test_data

@@ -82,8 +82,7 @@ def earlier_charges(generator: dict | None) -> list[dict]:
     if "charges" in line:
         return [dict(c) for c in line["charges"]]
     split = (generator.get("records") or {}).get("private_val")
-    return [{"epsilon": float(line["epsilon_each"]), "disjoint": True, "split": split, "by": "train.py"}
-            for _ in range(int(line["selections"]))]
+    return [charge(line["epsilon_each"], True, split, "train.py", [], None) for _ in range(int(line["selections"]))]
 
 
 def selection_report(charges: list[dict], generator: dict | None) -> dict:
