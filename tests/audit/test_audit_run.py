@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 
 from dpgen.aggregation import mean_embedding
 from dpgen.audit.__main__ import audit
-from dpgen.audit.canaries import AuditError, EmbeddingCanaries, GradientCanaries
+from dpgen.audit.canaries import AuditError, EmbeddingCanaries, GradientCanaries, GuideCanaries
 from dpgen.cli.common import CONF_DIR
 from fixtures import write_image_folder
 from inprocess import script_here
@@ -140,3 +140,31 @@ def test_dpmerf_more_canaries_than_released_sums_is_refused_and_the_release_put_
     with pytest.raises(AuditError, match="3000 embedding canaries .* have 2002"):
         run_audit(tmp_path / "run", *tiny_dpmerf(tmp_path), "audit.canaries=3000")
     assert mean_embedding.release is release and mean_embedding.embedding_sums is sums
+
+
+# DP-MERF with a guide: 20 DP-SGD steps of the guide at q = 7 / 14 (the tiny images less their test split), release
+# and guide together at eps = 1
+GUIDED = ["privacy.conversion=improved", "+method.module.guide={epochs:10,batch_size:7}", "audit.dpmerf_stage=guide"]
+
+
+def test_guide_canaries_with_the_noise_stay_below_the_claim(tmp_path):
+    canaries = GuideCanaries(1000)
+    report = run_audit(tmp_path / "run", *tiny_dpmerf(tmp_path), *GUIDED, canaries=canaries, releases=20)
+    assert abs(report["claimed_epsilon"] - 1) < 1e-5 and report["lower_bound"] <= report["claimed_epsilon"]
+    assert canaries.rate == 0.5 and report["threat_model"].startswith("white-box: Dirac gradient canaries in the")
+
+
+def test_guide_planted_bug_no_noise_is_caught(tmp_path, monkeypatch):
+    monkeypatch.setattr("opacus.optimizers.optimizer._generate_noise",
+                        lambda std, reference, generator=None, secure_mode=False: torch.zeros_like(reference))
+    canaries = GuideCanaries(1000)
+    report = run_audit(tmp_path / "run", *tiny_dpmerf(tmp_path), *GUIDED, canaries=canaries, releases=20)
+    assert report["lower_bound"] > 2 * report["claimed_epsilon"]
+    # without noise an included canary scores C = 0.1 each time one of the 20 steps samples it (at rate 1/2)
+    included = canaries.scores[canaries.included]
+    assert (included > 0.05).float().mean() > 0.99
+
+
+def test_guide_canaries_need_a_guide(tmp_path):
+    with pytest.raises(AuditError, match="guide canaries"):
+        run_audit(tmp_path / "run", *tiny_dpmerf(tmp_path), "audit.dpmerf_stage=guide")

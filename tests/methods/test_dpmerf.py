@@ -18,13 +18,14 @@ warnings.filterwarnings("ignore")
 SHAPE = (1, 8, 8)
 
 
-def two_classes(n: int = 64):
+def two_classes(n: int = 64, shape=SHAPE):
     """Class 0: a bright left half, class 1: a bright right half, plus noise (std 0.1)."""
     g = torch.Generator().manual_seed(0)
     y = torch.arange(n) % 2
-    x = 0.1 * torch.randn(n, *SHAPE, generator=g)
-    x[y == 0, :, :, :4] += 0.8
-    x[y == 1, :, :, 4:] += 0.8
+    x = 0.1 * torch.randn(n, *shape, generator=g)
+    half = shape[-1] // 2
+    x[y == 0, :, :, :half] += 0.8
+    x[y == 1, :, :, half:] += 0.8
     return x.clamp(0, 1), y
 
 
@@ -32,7 +33,7 @@ class Images(DPGenDataModule):
     name, kind, shape, num_classes, class_names = "img", "image", SHAPE, 2, ["a", "b"]
 
     def load(self):
-        x, y = two_classes()
+        x, y = two_classes(shape=self.shape)
         return TensorData(x, y), TensorData(x[:8], y[:8])
 
 
@@ -48,18 +49,18 @@ class CountingData(TensorData):
         return super().__getitem__(idx)
 
 
-def tiny(**kw):
+def tiny(shape=SHAPE, **kw):
     args = dict(epsilon=1.0, delta=1e-5, batch_size=32, n_features=200, bandwidth=2.0, z_dim=4, chunk_size=10,
                 generator={"kind": "fc", "fc": {"hidden": [32, 32]}})
     args.update(kw)
-    return DPMERF(SHAPE, 2, "image", **args)
+    return DPMERF(shape, 2, "image", **args)
 
 
-def fit(model, steps, callbacks=(), root=None):
+def fit(model, steps, callbacks=(), root=None, datamodule=Images):
     trainer = pl.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, callbacks=list(callbacks), default_root_dir=root,
                          accelerator="cpu")
-    trainer.fit(model, datamodule=Images(batch_size=8))
+    trainer.fit(model, datamodule=datamodule(batch_size=8))
     return trainer
 
 

@@ -1,6 +1,7 @@
 """`python -m dpgen.audit method=<dpgan|dpcgan|gpate|dpmerf> data=<d> privacy.epsilon=<eps> [audit.canaries=m]`:
 one training run with canaries (dpgen.audit.canaries: gradient canaries for the DP-SGD methods, vote canaries for
-G-PATE, embedding canaries for DP-MERF), then the one-run epsilon lower bound (dpgen.audit.bound) beside the
+G-PATE, embedding canaries for DP-MERF, or with audit.dpmerf_stage=guide gradient canaries in its guide's DP-SGD),
+then the one-run epsilon lower bound (dpgen.audit.bound) beside the
 epsilon the run claims, in <run>/audit.json."""
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from dpgen.audit.canaries import AuditError, Canaries, EmbeddingCanaries, GradientCanaries, VoteCanaries
+from dpgen.audit.canaries import (AuditError, Canaries, EmbeddingCanaries, GradientCanaries, GuideCanaries,
+                                  VoteCanaries)
 from dpgen.callbacks.checkpoint_io import atomic_save
 from dpgen.cli.common import CONF_DIR, USER_ERRORS, check_config, command_line, run_job
 from dpgen.cli.train import run
@@ -20,6 +22,8 @@ from dpgen.audit.bound import audit_scores
 THREAT_MODELS = {
     GradientCanaries: "white-box: Dirac gradient canaries, the privatized gradient sum of every DP-SGD step seen",
     VoteCanaries: "white-box: the teachers replaced by as many vote canaries, every query's answer seen",
+    GuideCanaries: "white-box: Dirac gradient canaries in the DP-SGD steps of DP-MERF's guide, each privatized "
+                   "gradient sum seen",
     EmbeddingCanaries: "white-box: embedding canaries of the sensitivity's norm, one coordinate of the feature sums "
                        "each, the one release seen and the clean sums known",
 }
@@ -34,6 +38,8 @@ def audit(cfg: DictConfig, canaries: Canaries | None = None) -> dict:
     if canaries is None:
         if cfg.method.name == "gpate":
             canaries = VoteCanaries(seed=cfg.audit.seed)
+        elif cfg.method.name == "dpmerf" and cfg.audit.get("dpmerf_stage", "embedding") == "guide":
+            canaries = GuideCanaries(cfg.audit.canaries, seed=cfg.audit.seed)
         elif cfg.method.name == "dpmerf":
             canaries = EmbeddingCanaries(cfg.audit.canaries, seed=cfg.audit.seed)
         else:

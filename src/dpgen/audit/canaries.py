@@ -7,6 +7,7 @@ the first step the privacy budget rolled back (a rolled-back step released nothi
   coordinate of the discriminator's parameters. An included canary joins each Poisson batch with the run's
   sampling rate q, as every record does, so the run's (eps, delta) claim covers each canary. Observed: every
   privatized gradient sum (Opacus' `p.grad` right after the noise, what DP-SGD releases at each step).
+- `GuideCanaries` (DP-MERF's guide): the same gradient canaries in the guide's DP-SGD steps (every step released).
 - `VoteCanaries` (G-PATE): the N teachers' votes are replaced by N canary teachers, the worst case of one record
   (which may decide every vote of its teacher). An included canary votes its secret bin b_iq on every query q,
   an excluded one a fresh random bin. Observed: each query's answer (answered or not, the chosen bin).
@@ -94,9 +95,15 @@ class GradientCanaries(Canaries):
         if opt is None:
             raise AuditError(f"gradient canaries audit DP-SGD methods (dpgan, dpcgan); "
                              f"{type(pl_module).__name__} trains no discriminator with DP-SGD")
-        self.clip = float(opt.max_grad_norm)
-        self.rate = float(pl_module.sample_rate)
-        self.coordinates = self.quiet_coordinates(pl_module, opt)
+        data = pl_module.trainer.datamodule.train_data
+        self.watch(opt, float(pl_module.sample_rate),
+                   self.quiet_coordinates(opt, data, pl_module.device,
+                                          lambda x, y: pl_module.real_loss(pl_module.net_d(x, y)).backward()))
+
+    def watch(self, opt, rate: float, coordinates) -> None:
+        """From now on each of `opt`'s steps adds C e_j(i) for every included canary i that its Poisson draw at
+        `rate` samples, before the noise, and records the privatized sums at the canaries' coordinates."""
+        self.clip, self.rate, self.coordinates = float(opt.max_grad_norm), float(rate), coordinates
         original = opt.add_noise
 
         def add_noise():
@@ -111,21 +118,22 @@ class GradientCanaries(Canaries):
 
         opt.add_noise = add_noise
 
-    def quiet_coordinates(self, pl_module, opt) -> list[tuple[torch.nn.Parameter, torch.Tensor, torch.Tensor]]:
+    def quiet_coordinates(self, opt, data, device, backward) -> list[tuple[torch.nn.Parameter, torch.Tensor,
+                                                                              torch.Tensor]]:
         """The m coordinates whose largest per-record gradient over the training records (the first
-        `probe_records`, in batches) is smallest, ties broken at random, grouped by parameter:
-        (parameter, flat indices, canary ids)."""
-        data = pl_module.trainer.datamodule.train_data
+        `probe_records`, in batches; `backward(x, y)` back-propagates their private loss) is smallest, ties broken
+        at random, grouped by parameter: (parameter, flat indices, canary ids)."""
         activity = None
         for start in range(0, min(len(data), self.probe_records), 256):
-            x, y = (t.to(pl_module.device) for t in data[torch.arange(start, min(start + 256, len(data)))])
+            x, y = (t.to(device) for t in data[torch.arange(start, min(start + 256, len(data)))])
             opt.zero_grad(set_to_none=True)
-            pl_module.real_loss(pl_module.net_d(x, y)).backward()
+            backward(x, y)
             batch = torch.cat([p.grad_sample.abs().flatten(1).amax(0).float().cpu() for p in opt.params])
             activity = batch if activity is None else torch.maximum(activity, batch)
         opt.zero_grad(set_to_none=True)
         if activity.numel() < self.m:
-            raise AuditError(f"{self.m} canaries need as many discriminator parameters; it has {activity.numel()}")
+            raise AuditError(f"{self.m} canaries need as many parameters of the DP-SGD net; it has "
+                             f"{activity.numel()}")
         shuffled = torch.randperm(activity.numel(), generator=self.rng)
         chosen = shuffled[torch.argsort(activity[shuffled], stable=True)[:self.m]]
         groups, start = [], 0
@@ -136,6 +144,32 @@ class GradientCanaries(Canaries):
                 groups.append((p, (chosen[ids] - start).to(p.device), ids))
             start += p.numel()
         return groups
+
+
+class GuideCanaries(GradientCanaries):
+    """Dirac gradient canaries in the DP-SGD steps of DP-MERF's guide (method.module.guide), as GradientCanaries on
+    the guide's parameters. The guide is trained whole at fit start, before the generator's first step, so every
+    one of its steps is released and scored; the claim it is held to is the run's (release and guide together)."""
+
+    def on_fit_start(self, trainer, pl_module) -> None:  # before the module's, which trains the guide
+        if not isinstance(pl_module, DPMERF) or pl_module.guide_spec is None:
+            raise AuditError("guide canaries audit the DP-SGD guide of method=dpmerf with method.module.guide set")
+        data = trainer.datamodule.train_data
+
+        def install(opt, net, rate):
+            loss = torch.nn.functional.cross_entropy
+            self.watch(opt, rate, self.quiet_coordinates(
+                opt, data, pl_module.device, lambda x, y: loss(net(x), y, reduction="sum").backward()))
+
+        self.swap(pl_module, "guide_optimizer_hook", install)
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        Canaries.on_train_start(self, trainer, pl_module)
+        if not self.rows:
+            raise AuditError("the canaries saw no DP-SGD step of the guide")
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        self.scores, self.releases = torch.stack(self.rows).sum(0), len(self.rows)
 
 
 class VoteCanaries(Canaries):

@@ -3,6 +3,7 @@ class-conditional random Fourier feature mean embedding (aggregation/mean_embedd
 trained to match that release, which is post-processing and costs no privacy, for as many steps as configured."""
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterator
 
@@ -13,17 +14,26 @@ from dpgen.aggregation import feature_maps, mean_embedding
 from dpgen.callbacks.checkpoint_io import CheckpointError
 from dpgen.data.base import TensorData
 from dpgen.methods.base import PrivateGenerator
+from dpgen.methods.guide import GuidedGenerator, dpsgd_steps, guide_cnn, train_dpsgd
 from dpgen.nn.fc import FCGenerator
 from dpgen.nn.mixed_table import MixedTableGenerator
+from dpgen.privacy import two_stage
+from dpgen.privacy.cost import StepCost
+from dpgen.privacy.dpsgd import rdp_subsampled_gaussian
 from dpgen.privacy.gaussian import gaussian_sigma
-from dpgen.privacy.ledger import NO_DATA_DEPENDENT_BOUND, PrivacyLedger
+from dpgen.privacy.gdp import mu_gaussian
+from dpgen.privacy.ledger import GDP_EXTRA, NO_DATA_DEPENDENT_BOUND, PrivacyLedger
 from dpgen.privacy.rdp import DEFAULT_ORDERS
 
+log = logging.getLogger(__name__)
 FEATURES_KEY = "dpmerf_features"
 LABELS = ("balanced", "released")
 KIND_LABELS = {"image": "balanced", "table": "released"}  # labels=None
 IMAGE_BANDWIDTH = 5.0  # bandwidth=None for images, on [0, 1] pixels (the value of the measured MNIST runs)
 TABLE_BANDWIDTH_PER_COLUMN = 0.2  # bandwidth=None for tables: this times sqrt(columns), on the datamodule's [0, 1]
+# method.module.guide: a DP-SGD classifier trained after the release that filters the samples (methods/guide.py);
+# its settings, the measured ones (docs/methods/dpmerf.md, "guide")
+GUIDE_DEFAULTS = {"share": 0.5, "epochs": 8, "batch_size": 512, "lr": 2.0, "momentum": 0.9, "clip": 0.1, "tries": 10}
 POST_PROCESSING = ("the run's only access to private data, once before training; every training step reads this "
                    "release alone (post-processing: no privacy cost)")
 
@@ -40,6 +50,23 @@ def record_chunks(data: TensorData, size: int) -> Iterator[tuple[torch.Tensor, t
     """The records of `data` in order, `size` at a time: each record read exactly once."""
     for start in range(0, len(data), size):
         yield data[start:start + size]
+
+
+def check_guide(guide: dict, kind: str, conversion: str) -> dict:
+    """The guide's settings over GUIDE_DEFAULTS; ValueError for tables, unknown keys or an unsupported conversion."""
+    if kind != "image":
+        raise ValueError("method.module.guide filters images; tables take guide=null")
+    unknown = sorted(set(guide) - set(GUIDE_DEFAULTS))
+    if unknown:
+        raise ValueError(f"unknown method.module.guide settings {unknown}; known: {sorted(GUIDE_DEFAULTS)}")
+    if conversion not in two_stage.CONVERSIONS:
+        raise ValueError(f"method.module.guide composes a Gaussian release with DP-SGD by RDP: give "
+                         f"privacy.conversion=improved (or classical), not {conversion!r}")
+    spec = {**GUIDE_DEFAULTS, **guide}
+    two_stage.check_share(spec["share"])
+    if not (spec["epochs"] > 0 and spec["batch_size"] >= 1 and spec["lr"] > 0 and spec["clip"] > 0):
+        raise ValueError(f"method.module.guide needs epochs, batch_size, lr and clip > 0, got {spec}")
+    return spec
 
 
 class DPMERF(PrivateGenerator):
@@ -64,12 +91,13 @@ class DPMERF(PrivateGenerator):
                  batch_size: int = 500, n_features: int = 10_000, bandwidth: float | list[float] | None = None,
                  count_feature: float = 0.2, z_dim: int = 20, lr: float = 1e-2, labels: str | None = None,
                  chunk_size: int = 4096, features: list[dict] | None = None,
-                 generator: dict | None = None, seed: int = 0):
+                 generator: dict | None = None, guide: dict | None = None, seed: int = 0):
         if kind not in KIND_LABELS:
             raise ValueError(f"method=dpmerf supports image and table data, not {kind!r}")
         labels = KIND_LABELS[kind] if labels is None else labels
         if labels not in LABELS:
             raise ValueError(f"labels must be one of {LABELS}, got {labels!r}")
+        guide_spec = None if guide is None else check_guide(guide, kind, conversion)
         if conversion == "pld":
             raise ValueError("method=dpmerf makes one Gaussian release, for which privacy.conversion=gdp is exact: "
                              "use gdp (pld would only add discretization error)")
@@ -78,6 +106,7 @@ class DPMERF(PrivateGenerator):
                              f"{chunk_size}, {count_feature}")
         super().__init__(shape, num_classes, kind, z_dim=z_dim, generator=generator)
         self.latent_dist = "normal"  # DP-MERF's code draws z ~ N(0, I)
+        self.guide_spec = guide_spec
         self.epsilon, self.delta, self.conversion = float(epsilon), float(delta), conversion
         self.batch_size, self.lr, self.labels, self.chunk_size = int(batch_size), float(lr), labels, int(chunk_size)
         self.count_feature = float(count_feature)
@@ -86,7 +115,14 @@ class DPMERF(PrivateGenerator):
         # (aggregation/feature_maps.py), rows of norm 1 either way, so the sensitivity below holds for both
         self.features = feature_maps.build(features, self.shape, n_features, bandwidth, seed)
         self.sensitivity = mean_embedding.sensitivity(self.count_feature)
-        self.sigma = gaussian_sigma(self.epsilon, self.delta, self.sensitivity, conversion)
+        # with a guide the release is calibrated alone to its share of the budget, exactly (gdp), and the guide's
+        # DP-SGD gets what the conversion leaves (privacy/two_stage.py)
+        share = 1.0 if guide is None else self.guide_spec["share"]
+        self.sigma = gaussian_sigma(share * self.epsilon, self.delta, self.sensitivity,
+                                    "gdp" if guide is not None else conversion)
+        self.guide_net = None if guide is None else guide_cnn(self.shape, self.num_classes)
+        self.guide_plan: dict | None = None  # sample rate, steps and noise multiplier, set up with the data
+        self.guide_optimizer_hook = None  # train_dpsgd's on_optimizer (the audit's canaries)
         self.orders = DEFAULT_ORDERS
         self.ledger = PrivacyLedger(self.orders, aliases=NO_DATA_DEPENDENT_BOUND)
         # the release, post-processed: class mean embeddings (K, D) and noisy class counts (K,)
@@ -128,16 +164,43 @@ class DPMERF(PrivateGenerator):
 
     def step_cost(self):
         """The release (mu-GDP, upfront) and steps that cost nothing: PrivacyBudget refuses a budget the release
-        alone exceeds (it cannot, sigma being calibrated to it) and lets every step run."""
-        return mean_embedding.step_cost(self.count_feature, self.sigma, self.orders)
+        alone exceeds (it cannot, sigma being calibrated to it) and lets every step run. With a guide, its DP-SGD
+        steps are upfront too (their RDP); unknown (None) until the data's size sets their sampling rate."""
+        if self.guide_spec is None:
+            return mean_embedding.step_cost(self.count_feature, self.sigma, self.orders)
+        if self.guide_plan is None:
+            return None
+        plan = self.guide_plan
+        guide = rdp_subsampled_gaussian(plan["sample_rate"], plan["noise_multiplier"], plan["steps"], self.orders)
+        return StepCost({GDP_EXTRA: 0.0}, self.orders, aliases=NO_DATA_DEPENDENT_BOUND,
+                        upfront={GDP_EXTRA: mu_gaussian(self.sensitivity, self.sigma), "data_independent": guide})
+
+    def setup(self, stage: str) -> None:
+        """With a guide: its sampling rate batch_size / N (N public, as for every DP-SGD method), its steps and the
+        noise multiplier that brings the release and the guide to the budget (privacy/two_stage.py)."""
+        if stage == "fit" and self.guide_spec is not None:
+            spec, n = self.guide_spec, len(self.train_records())
+            if spec["batch_size"] > n:
+                raise ValueError(f"method.module.guide.batch_size={spec['batch_size']} exceeds the training records")
+            rate = spec["batch_size"] / n
+            steps = dpsgd_steps(spec["epochs"], rate)
+            noise = two_stage.dpsgd_noise_multiplier(self.epsilon, self.delta, mu_gaussian(self.sensitivity, self.sigma),
+                                                     rate, steps, self.conversion, self.orders)
+            self.guide_plan = {"sample_rate": rate, "steps": steps, "noise_multiplier": noise}
+
+    def train_records(self) -> TensorData:
+        dm = getattr(self.trainer, "datamodule", None)
+        if dm is None or getattr(dm, "train_data", None) is None:
+            raise ValueError("method=dpmerf needs the training records: fit with a dpgen datamodule")
+        return dm.train_data
 
     def on_fit_start(self) -> None:
-        # Runs after a checkpoint is restored (ledger and release included): a resumed run never releases again.
+        # Runs after a checkpoint is restored (ledger, release and guide included): a resumed run never releases
+        # again.
         if self.ledger.empty:
-            dm = getattr(self.trainer, "datamodule", None)
-            if dm is None or getattr(dm, "train_data", None) is None:
-                raise ValueError("method=dpmerf needs the training records: fit with a dpgen datamodule")
-            self.release_embedding(dm.train_data)
+            self.release_embedding(self.train_records())
+            if self.guide_spec is not None:
+                self.train_guide(self.train_records())
         if self.labels == "released":
             self.class_probs = (self.counts / self.counts.sum()).cpu()
 
@@ -151,6 +214,28 @@ class DPMERF(PrivateGenerator):
         means, counts = out.class_means()
         self.target.copy_(means)
         self.counts.copy_(counts)
+
+    def train_guide(self, data: TensorData) -> None:
+        """The second release: the guide trained with DP-SGD on the records the embedding read (methods/guide.py),
+        recorded in the ledger with the plan's sampling rate, steps and noise multiplier."""
+        spec, plan = self.guide_spec, self.guide_plan
+        x, y = data[:]
+        train_dpsgd(self.guide_net, x, y, steps=plan["steps"], batch_size=spec["batch_size"], lr=spec["lr"],
+                    momentum=spec["momentum"], clip=spec["clip"], noise_multiplier=plan["noise_multiplier"],
+                    device=self.device, log=lambda step, loss: log.info("guide: DP-SGD step %d of %d", step,
+                                                                        plan["steps"]),
+                    on_optimizer=self.guide_optimizer_hook)
+        for p in self.guide_net.parameters():
+            p.requires_grad_(False)
+        two_stage.record_dpsgd(self.ledger, plan["sample_rate"], plan["noise_multiplier"], plan["steps"],
+                               params={**plan, "max_grad_norm": spec["clip"], "epochs": spec["epochs"]})
+
+    @property
+    def generator(self) -> nn.Module:
+        """The trained generator, or with a guide its samples filtered by the guide (GuidedGenerator)."""
+        if self.guide_spec is None:
+            return super().generator
+        return GuidedGenerator(super().generator, self.guide_net, self.latent_dist, self.guide_spec["tries"])
 
     def feature_record(self) -> dict:
         """The public description of the feature map, for the ledger: n_features, bandwidth and feature_seed of the

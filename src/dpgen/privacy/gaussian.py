@@ -10,8 +10,8 @@ from .rdp import check_delta
 RELATIVE_TOLERANCE = 1e-10
 
 
-def _smallest_fitting(fits, scale: float) -> float:
-    """Smallest sigma > 0 (to RELATIVE_TOLERANCE, rounded up) with fits(sigma), for a fits that fails below some
+def smallest_fitting(fits, scale: float, tolerance: float = RELATIVE_TOLERANCE) -> float:
+    """Smallest sigma > 0 (to a relative `tolerance`, rounded up) with fits(sigma), for a fits that fails below some
     sigma and holds above it; `scale` is where the search starts."""
     high = scale
     while not fits(high):
@@ -19,7 +19,7 @@ def _smallest_fitting(fits, scale: float) -> float:
     low = high / 2.0
     while fits(low):
         low, high = low / 2.0, low
-    while high - low > RELATIVE_TOLERANCE * high:  # invariant: fits(high), not fits(low)
+    while high - low > tolerance * high:  # invariant: fits(high), not fits(low)
         mid = 0.5 * (low + high)
         low, high = (low, mid) if fits(mid) else (mid, high)
     return high
@@ -38,7 +38,7 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
     with mu = Delta / sigma this is the mu-GDP curve of gdp.delta_from_gdp (Dong et al. 2022, Cor. 2.13).
     The left side falls as sigma grows, so bisection; the sigma returned is on the private side."""
     epsilon, delta, sensitivity = _check(epsilon, delta, sensitivity)
-    return _smallest_fitting(lambda sigma: delta_from_gdp(mu_gaussian(sensitivity, sigma), epsilon) <= delta,
+    return smallest_fitting(lambda sigma: delta_from_gdp(mu_gaussian(sensitivity, sigma), epsilon) <= delta,
                              sensitivity)
 
 
@@ -61,5 +61,5 @@ def gaussian_sigma(epsilon: float, delta: float, sensitivity: float, conversion:
     if conversion == "gdp":
         return analytic
     # a sound conversion never reports less than the exact epsilon, so its sigma is >= the analytic one
-    return _smallest_fitting(
+    return smallest_fitting(
         lambda sigma: ledger_epsilon(mu_gaussian(sensitivity, sigma), delta, conversion) <= epsilon, analytic)

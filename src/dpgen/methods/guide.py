@@ -1,0 +1,96 @@
+"""A guide: a small classifier of the private data trained once with DP-SGD, which a generator's samples must
+satisfy. `GuidedGenerator` draws G(z, y) again (fresh z, up to `tries` times) for every sample the guide reads as
+another class than y: a randomised function of (z, y) and of two released models, so post-processing of both
+(method.module.guide of method=dpmerf; docs/methods/dpmerf.md, "guide")."""
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+from opacus import GradSampleModule
+from opacus.validators import ModuleValidator
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from dpgen.methods.dpsgd_parts import PoissonBatches, dp_optimizer, secret_noise
+from dpgen.nn.generator import latent
+
+
+MIN_SIZE = 16  # the smallest image guide_cnn's two strided convolutions and pools leave a pixel of
+
+
+def guide_cnn(shape, num_classes: int) -> nn.Sequential:
+    """Tramer & Boneh's (ICLR 2021, Table 9) end-to-end DP-SGD CNN for MNIST: conv 16 8x8 stride 2 -> tanh -> max-pool
+    2 stride 1 -> conv 32 4x4 stride 2 -> tanh -> max-pool 2 stride 1 -> dense 32 -> tanh -> dense; tanh because
+    bounded activations suit clipped gradients (Papernot et al. 2021). No BatchNorm (it would mix records)."""
+    channels, height, width = shape
+    if min(height, width) < MIN_SIZE:
+        raise ValueError(f"method.module.guide's CNN needs images of at least {MIN_SIZE} x {MIN_SIZE} pixels, "
+                         f"got {height} x {width}")
+    body = nn.Sequential(nn.Conv2d(channels, 16, 8, stride=2, padding=3), nn.Tanh(), nn.MaxPool2d(2, 1),
+                         nn.Conv2d(16, 32, 4, stride=2), nn.Tanh(), nn.MaxPool2d(2, 1), nn.Flatten())
+    with torch.no_grad():
+        width = body(torch.zeros(1, *shape)).shape[1]
+    return nn.Sequential(*body, nn.Linear(width, 32), nn.Tanh(), nn.Linear(32, num_classes))
+
+
+def dpsgd_steps(epochs: float, sample_rate: float) -> int:
+    """DP-SGD steps of `epochs` passes at Poisson rate q: epochs / q, rounded up."""
+    return max(1, math.ceil(epochs / sample_rate - 1e-9))
+
+
+def train_dpsgd(net: nn.Module, x: torch.Tensor, y: torch.Tensor, *, steps: int, batch_size: int, lr: float,
+                momentum: float, clip: float, noise_multiplier: float, device=None, log=None,
+                on_optimizer=None) -> None:
+    """`steps` DP-SGD steps (Abadi et al. 2016, Alg. 1) on `net` in place: Poisson batches at rate batch_size / N
+    from secret randomness, each record's gradient of its cross-entropy clipped to `clip`, summed, N(0, (noise_multiplier
+    clip)^2) added, divided by the expected batch size (Opacus' DPOptimizer), SGD with momentum. `log(step, loss)`
+    every 100 steps (the loss of the noisy batch: for progress only, not released). `on_optimizer(opt, net, rate)` is
+    called once before the first step (the audit's canaries, dpgen.audit.canaries.GuideCanaries)."""
+    ModuleValidator.validate(net, strict=True)  # no BatchNorm or other layer that mixes records
+    wrapped = GradSampleModule(net)
+    opt = dp_optimizer(torch.optim.SGD(wrapped.parameters(), lr=lr, momentum=momentum), noise_multiplier, clip,
+                       batch_size)
+    secret_noise(opt, device)
+    rate = batch_size / len(x)
+    batches = PoissonBatches(TensorDataset(x, y), rate)
+    if on_optimizer is not None:
+        on_optimizer(opt, wrapped, rate)
+    for step in range(steps):
+        bx, by = (t.to(device) for t in batches.next())
+        opt.zero_grad()
+        # a sum, so that an empty batch gives 0; the optimizer divides by the expected batch size
+        loss = nn.functional.cross_entropy(wrapped(bx.float()), by.long(), reduction="sum")
+        with warnings.catch_warnings():  # the records need no gradient, which Opacus' hooks warn of every step
+            warnings.filterwarnings("ignore", message="Full backward hook is firing")
+            loss.backward()
+        opt.step()
+        if log is not None and (step + 1) % 100 == 0:
+            log(step + 1, float(loss) / max(len(by), 1))
+    wrapped.remove_hooks()  # `net` is left as a plain module
+
+
+class GuidedGenerator(nn.Module):
+    """G(z, y), each sample that `guide` reads as another class drawn again with a fresh z (from `latent`), up to
+    `tries` draws in all; what is still rejected after them is kept as drawn last. The guide (guide_cnn) has no
+    BatchNorm or dropout, so its train / eval mode does not matter."""
+
+    def __init__(self, net: nn.Module, guide: nn.Module, latent_dist: str, tries: int):
+        super().__init__()
+        if int(tries) < 1:
+            raise ValueError(f"guide tries must be >= 1, got {tries}")
+        self.net, self.guide, self.latent_dist, self.tries = net, guide, latent_dist, int(tries)
+
+    @torch.no_grad()
+    def forward(self, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x = self.net(z, y)
+        todo = self.guide(x).argmax(1) != y
+        for _ in range(self.tries - 1):
+            if not todo.any():
+                break
+            idx = todo.nonzero().squeeze(1)
+            redrawn = self.net(latent(len(idx), z.shape[1], self.latent_dist, z.device), y[idx])
+            x[idx] = redrawn
+            todo[idx] = self.guide(redrawn).argmax(1) != y[idx]
+        return x

@@ -1,0 +1,115 @@
+"""The guide (methods/guide.py): DP-SGD trains it, it filters a generator's samples, and method=dpmerf composes it
+with the release within the budget."""
+import json
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from dpgen.callbacks import PrivacyBudget
+from dpgen.methods.guide import GuidedGenerator, dpsgd_steps, guide_cnn, train_dpsgd
+from dpgen.privacy.two_stage import DPSGD, RELEASE
+
+import test_dpmerf
+from dpgen.methods.dpmerf import DPMERF
+
+SHAPE = (1, 16, 16)  # the guide's CNN needs 16 x 16 pixels or more
+
+
+def two_classes(n: int = 64):
+    return test_dpmerf.two_classes(n, SHAPE)
+
+
+class Images(test_dpmerf.Images):
+    shape = SHAPE
+
+
+def tiny(**kw):
+    return test_dpmerf.tiny(SHAPE, **kw)
+
+
+def fit(model, steps, callbacks=(), root=None):
+    return test_dpmerf.fit(model, steps, callbacks, root, datamodule=Images)
+
+warnings.filterwarnings("ignore")
+
+
+def test_dpsgd_trains_the_guide_to_separate_two_classes():
+    x, y = two_classes(256)
+    net = guide_cnn(SHAPE, 2)
+    before = (net(x).argmax(1) == y).float().mean().item()
+    train_dpsgd(net, x, y, steps=60, batch_size=64, lr=2.0, momentum=0.9, clip=0.1, noise_multiplier=0.5)
+    after = (net(x).argmax(1) == y).float().mean().item()
+    assert after >= 0.95 and after > before
+    assert not net._forward_hooks and not any(m._forward_hooks for m in net.modules())  # Opacus' hooks are gone
+
+
+def test_dpsgd_refuses_a_net_that_mixes_records():
+    net = nn.Sequential(nn.Flatten(), nn.Linear(256, 8), nn.BatchNorm1d(8), nn.Linear(8, 2))
+    x, y = two_classes(16)
+    with pytest.raises(Exception, match="BatchNorm"):
+        train_dpsgd(net, x, y, steps=1, batch_size=8, lr=0.1, momentum=0.0, clip=1.0, noise_multiplier=1.0)
+
+
+def test_steps_are_epochs_over_the_sampling_rate():
+    assert dpsgd_steps(8, 512 / 54_000) == 844 and dpsgd_steps(1, 0.5) == 2 and dpsgd_steps(0.01, 0.5) == 1
+
+
+class Alternating(nn.Module):
+    """A generator whose sample is z's first coordinate broadcast: the guide below reads it as class (z > 0)."""
+
+    def forward(self, z, y):
+        return z[:, :1, None, None].expand(-1, *SHAPE).clone()
+
+
+class SignGuide(nn.Module):
+    def forward(self, x):
+        positive = (x.flatten(1)[:, 0] > 0).float()
+        return torch.stack([1 - positive, positive], 1)
+
+
+def test_the_guided_generator_redraws_what_the_guide_rejects():
+    torch.manual_seed(0)
+    y = torch.arange(1000) % 2
+    one = GuidedGenerator(Alternating(), SignGuide(), "normal", tries=1)
+    many = GuidedGenerator(Alternating(), SignGuide(), "normal", tries=20)
+    agree = lambda x: ((x.flatten(1)[:, 0] > 0).long() == y).float().mean().item()  # noqa: E731
+    assert 0.4 < agree(one(torch.randn(1000, 3), y)) < 0.6  # one draw: the guide is not consulted
+    assert agree(many(torch.randn(1000, 3), y)) == 1.0  # 2^-20 per sample of still being wrong
+    with pytest.raises(ValueError, match="tries"):
+        GuidedGenerator(Alternating(), SignGuide(), "normal", tries=0)
+
+
+def test_guide_settings_are_checked():
+    with pytest.raises(ValueError, match="improved"):
+        tiny(guide={})  # the default conversion gdp cannot compose DP-SGD
+    with pytest.raises(ValueError, match="unknown"):
+        tiny(guide={"epoch": 2}, conversion="improved")
+    with pytest.raises(ValueError, match="share"):
+        tiny(guide={"share": 1.0}, conversion="improved")
+    with pytest.raises(ValueError, match="16 x 16"):
+        guide_cnn((1, 8, 8), 2)
+    with pytest.raises(ValueError, match="images"):
+        DPMERF((5,), 2, "table", epsilon=1, delta=1e-5, conversion="improved", guide={})
+
+
+def test_a_guided_run_spends_the_budget_on_the_release_and_the_guide(tmp_path):
+    model = tiny(conversion="improved", guide={"epochs": 2, "batch_size": 16})
+    trainer = fit(model, 3, [PrivacyBudget(1.0, 1e-5, conversion="improved")], root=tmp_path)
+    assert trainer.global_step == 3
+    report = json.loads((tmp_path / "privacy.json").read_text())
+    assert 1.0 - 1e-5 <= report["epsilon"] <= 1.0 and report["conversion"] == "improved"
+    mechanisms = report["mechanisms"]
+    assert set(mechanisms) == {RELEASE, DPSGD} and mechanisms[RELEASE]["count"] == 1
+    plan = model.guide_plan
+    assert plan["sample_rate"] == 16 / 64 and mechanisms[DPSGD]["count"] == plan["steps"] == 8
+    # the release alone is calibrated to half the budget, exactly
+    assert mechanisms[RELEASE]["epsilon"]["data_independent"]["gdp"]["epsilon"] == pytest.approx(0.5, rel=1e-6)
+    assert report["total"]["data_independent"]["pld"]["epsilon"] <= report["epsilon"]
+    # every sample is drawn through the guide, and a resumed fit trains it no more
+    assert isinstance(model.generator, GuidedGenerator)
+    guide = {k: v.clone() for k, v in model.guide_net.state_dict().items()}
+    fit(model, 4, [PrivacyBudget(1.0, 1e-5, conversion="improved")], root=tmp_path)
+    assert all(torch.equal(v, model.guide_net.state_dict()[k]) for k, v in guide.items())
+    assert model.ledger.summary(1e-5)["mechanisms"][DPSGD]["count"] == 8
