@@ -161,7 +161,9 @@ def test_every_file_composes_under_its_name(name):
     if math.isinf(cfg.privacy.epsilon):  # not private: no budget in the name
         assert cell == cfg.data.name
     else:
-        assert re.fullmatch(rf"{cfg.data.name}_eps{float(cfg.privacy.epsilon):g}(_ablation_[\w.-]+)?", cell)
+        # a variant of the method's cell names its option: _guide (method.module.guide), _ablation_<name>
+        assert re.fullmatch(rf"{cfg.data.name}_eps{float(cfg.privacy.epsilon):g}(_ablation_[\w.-]+|_guide)?", cell)
+        assert cell.endswith("_guide") == bool(cfg.method.module.get("guide") is not None)
 
 
 @pytest.mark.parametrize("name", sorted(CELLS))

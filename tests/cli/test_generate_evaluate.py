@@ -81,3 +81,31 @@ def test_evaluate_keeps_the_classifiers_training_state_beside_its_output(tmp_pat
     result = script_here("evaluate.py", f"synthetic={synthetic}", "data=mnist", *FAST_EVAL, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "synthetic.eval.json").is_file() and not state.exists()
+
+
+def test_a_release_with_a_labeller_labels_its_samples_by_it():
+    """DP-MERF's guide in mode=relabel travels in generator.pt as `labeller`: generate.py's labels are its classes,
+    whatever labels the generator was asked for."""
+    import torch
+    from torch import nn
+
+    from dpgen.cli.generate import sample
+
+    class Bright(nn.Module):  # class 1 for a sample brighter than 0.5 on average
+        def forward(self, x):
+            high = (x.flatten(1).mean(1) > 0.5).float()
+            return torch.stack([1 - high, high], 1)
+
+    class Noise(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.unused = nn.Parameter(torch.zeros(1))  # generate() reads the device off a parameter
+
+        def forward(self, z, y):
+            return torch.sigmoid(z[:, :1, None, None] * 4).expand(-1, 1, 4, 4)
+
+    release = {"generator": Noise(), "z_dim": 2, "latent_dist": "normal", "class_probs": None, "num_classes": 2}
+    x, y = sample(release, 500, seed=0, batch_size=128)
+    assert torch.equal(y, torch.arange(500) % 2)  # no labeller: the labels asked for
+    x, y = sample({**release, "labeller": Bright()}, 500, seed=0, batch_size=128)
+    assert torch.equal(y, (x.flatten(1).mean(1) > 0.5).long()) and 0 < y.sum() < 500

@@ -171,6 +171,24 @@ def test_dpmerf_plan_is_the_release_its_run_makes_and_free_steps(capsys):
     assert model.step_cost().epsilon(1e-5, "data_independent", "gdp", n=10**6) == pytest.approx(1.0, rel=1e-9)
 
 
+def test_a_guided_dpmerf_plan_is_the_two_releases_its_run_makes():
+    overrides = ["experiment=dpmerf/mnist_eps1_guide", "eval.selection=synthetic", *MNIST]  # N known: 60,000
+    result = main(overrides)
+    assert result["conversion"] == "improved" and result["best_case_steps"] == MAX_STEPS
+    assert (result["guide_sample_rate"], result["guide_steps"]) == (512 / 60_000, 938)  # 8 epochs: 8 / q, rounded up
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=overrides)
+    model = build_method(cfg, build_datamodule(cfg))
+    records = type("Records", (), {"__len__": lambda self: 60_000})()
+    model.trainer = type("Trainer", (), {"datamodule": type("DM", (), {"train_data": records})()})()
+    model.setup("fit")  # what the run plans once it knows N
+    assert model.sigma == result["sigma"]  # the run calibrates both releases as the plan does
+    plan = model.guide_plan
+    assert (plan["steps"], plan["noise_multiplier"]) == (result["guide_steps"], result["guide_noise_multiplier"])
+    spent = model.step_cost().epsilon(1e-5, "data_independent", "improved", n=10**6)
+    assert 1.0 - 1e-4 < spent <= 1.0
+
+
 def test_pategan_plan_charges_every_labelled_sample():
     result = main(["method=pategan", *MNIST])  # 100 teachers, lam 0.2, n_S = 5 student steps of 64 samples
     assert result["queries_per_step"] == 320

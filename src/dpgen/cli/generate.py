@@ -23,6 +23,7 @@ from torchvision.utils import save_image
 from dpgen.cli.common import CONF_DIR, check_config, console, run_job
 from dpgen.data.errors import DataError
 from dpgen.data.tables import decode
+from dpgen.methods.guide import relabel
 from dpgen.nn.generator import generate
 
 FORMATS = ("npz", "csv", "png")
@@ -34,6 +35,8 @@ def load_release(run: Path) -> dict:
         raise FileNotFoundError(f"{path} does not exist: `run=` must be a folder written by train.py")
     release = torch.load(path, map_location="cpu", weights_only=False)  # our own file: a pickled module
     release["generator"] = release["generator"].float()  # a kept run stores it in half precision (report.keep)
+    if release.get("labeller") is not None:
+        release["labeller"] = release["labeller"].float()
     return release
 
 
@@ -44,6 +47,8 @@ def sample(release: dict, n: int, seed: int, batch_size: int) -> tuple[torch.Ten
               else torch.multinomial(torch.tensor(probs), n, replacement=True))
     x = generate(release["generator"], labels, release["z_dim"], release["latent_dist"], batch_size,
                  release.get("sample_batch_norm"))
+    if release.get("labeller") is not None:  # DP-MERF's guide in mode=relabel (methods/guide.py)
+        labels = relabel(release["labeller"], x, batch_size)
     return x, labels
 
 

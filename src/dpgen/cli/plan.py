@@ -11,7 +11,7 @@ import math
 import sys
 
 from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from rich.table import Table
 
 from dpgen.aggregation import dpgradagg, hybrid, mean_embedding, pate_vote
@@ -20,6 +20,7 @@ from dpgen.aggregation.gradient_sanitizer import SanitizerParams
 from dpgen.aggregation.hybrid import HybridParams
 from dpgen.cli.common import CONF_DIR, USER_ERRORS, check_config, console, fail, private_val_share
 from dpgen.cli.train import build_datamodule
+from dpgen.methods.dpmerf import check_guide
 from dpgen.privacy.cost import StepCost, dpsgd_step
 from dpgen.privacy.dpsgd import noise_multiplier_of
 from dpgen.privacy.gaussian import gaussian_sigma
@@ -29,6 +30,7 @@ from dpgen.privacy.gswgan import PLD_BOUNDS as GSWGAN_PLD_BOUNDS
 from dpgen.privacy.gswgan import MECHANISM as GSWGAN_MECHANISM
 from dpgen.privacy.gswgan import SUBSAMPLED_UPDATES, check_draw
 from dpgen.privacy.ledger import STANDARD_BOUNDS, conversion_for
+from dpgen.privacy import two_stage
 from dpgen.privacy.plan import MAX_STEPS
 from dpgen.privacy.rdp import DEFAULT_ORDERS
 
@@ -163,6 +165,16 @@ def plan_dpmerf(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
     """One Gaussian release, its sigma calibrated to the budget as the method calibrates it; steps are free."""
     module, p = cfg.method.module, cfg.privacy
     a = module.count_feature
+    if module.get("guide") is not None:  # the release and the guide's DP-SGD, as DPMERF.setup plans them
+        kind = "image" if len(facts["shape"]) == 3 else "table"
+        spec = check_guide(OmegaConf.to_container(module.guide), kind, p.conversion)
+        planned = two_stage.plan(p.epsilon, p.delta, mean_embedding.sensitivity(a), spec["share"], spec["batch_size"],
+                                 spec["epochs"], facts["records"], p.conversion, DEFAULT_ORDERS)
+        return two_stage.step_cost(planned, DEFAULT_ORDERS), {
+            "mechanism": f"{mean_embedding.MECHANISM}, then {two_stage.DPSGD}", "sensitivity":
+            mean_embedding.sensitivity(a), "sigma": planned["sigma"], "guide_sample_rate": planned["sample_rate"],
+            "guide_steps": planned["steps"], "guide_noise_multiplier": planned["noise_multiplier"],
+            "steps": "free: training reads only the two releases (post-processing)"}
     sigma = gaussian_sigma(p.epsilon, p.delta, mean_embedding.sensitivity(a), p.conversion)
     return mean_embedding.step_cost(a, sigma, DEFAULT_ORDERS), {
         "mechanism": mean_embedding.MECHANISM, "sensitivity": mean_embedding.sensitivity(a), "sigma": sigma,

@@ -83,6 +83,8 @@ def keep_generator(source: Path, dest: Path) -> str:
     generate.py reads back in float32), unless that exceeds KEEP_GENERATOR_MB; says what it did."""
     release = torch.load(source, map_location="cpu", weights_only=False)  # our own file: a pickled module
     release["generator"] = release["generator"].half()
+    if release.get("labeller") is not None:
+        release["labeller"] = release["labeller"].half()
     release["stored_precision"] = "float16"
     buffer = io.BytesIO()
     torch.save(release, buffer)

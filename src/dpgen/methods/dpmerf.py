@@ -14,15 +14,12 @@ from dpgen.aggregation import feature_maps, mean_embedding
 from dpgen.callbacks.checkpoint_io import CheckpointError
 from dpgen.data.base import TensorData
 from dpgen.methods.base import PrivateGenerator
-from dpgen.methods.guide import GuidedGenerator, dpsgd_steps, guide_cnn, train_dpsgd
+from dpgen.methods.guide import MODES, GuidedGenerator, guide_cnn, relabel, train_dpsgd
 from dpgen.nn.fc import FCGenerator
 from dpgen.nn.mixed_table import MixedTableGenerator
 from dpgen.privacy import two_stage
-from dpgen.privacy.cost import StepCost
-from dpgen.privacy.dpsgd import rdp_subsampled_gaussian
 from dpgen.privacy.gaussian import gaussian_sigma
-from dpgen.privacy.gdp import mu_gaussian
-from dpgen.privacy.ledger import GDP_EXTRA, NO_DATA_DEPENDENT_BOUND, PrivacyLedger
+from dpgen.privacy.ledger import NO_DATA_DEPENDENT_BOUND, PrivacyLedger
 from dpgen.privacy.rdp import DEFAULT_ORDERS
 
 log = logging.getLogger(__name__)
@@ -33,7 +30,8 @@ IMAGE_BANDWIDTH = 5.0  # bandwidth=None for images, on [0, 1] pixels (the value 
 TABLE_BANDWIDTH_PER_COLUMN = 0.2  # bandwidth=None for tables: this times sqrt(columns), on the datamodule's [0, 1]
 # method.module.guide: a DP-SGD classifier trained after the release that filters the samples (methods/guide.py);
 # its settings, the measured ones (docs/methods/dpmerf.md, "guide")
-GUIDE_DEFAULTS = {"share": 0.5, "epochs": 8, "batch_size": 512, "lr": 2.0, "momentum": 0.9, "clip": 0.1, "tries": 10}
+GUIDE_DEFAULTS = {"share": 0.5, "epochs": 8, "batch_size": 512, "lr": 2.0, "momentum": 0.9, "clip": 0.1,
+                  "mode": "relabel", "tries": 10}
 POST_PROCESSING = ("the run's only access to private data, once before training; every training step reads this "
                    "release alone (post-processing: no privacy cost)")
 
@@ -64,6 +62,8 @@ def check_guide(guide: dict, kind: str, conversion: str) -> dict:
                          f"privacy.conversion=improved (or classical), not {conversion!r}")
     spec = {**GUIDE_DEFAULTS, **guide}
     two_stage.check_share(spec["share"])
+    if spec["mode"] not in MODES:
+        raise ValueError(f"method.module.guide.mode must be one of {MODES}, got {spec['mode']!r}")
     if not (spec["epochs"] > 0 and spec["batch_size"] >= 1 and spec["lr"] > 0 and spec["clip"] > 0):
         raise ValueError(f"method.module.guide needs epochs, batch_size, lr and clip > 0, got {spec}")
     return spec
@@ -119,7 +119,7 @@ class DPMERF(PrivateGenerator):
         # DP-SGD gets what the conversion leaves (privacy/two_stage.py)
         share = 1.0 if guide is None else self.guide_spec["share"]
         self.sigma = gaussian_sigma(share * self.epsilon, self.delta, self.sensitivity,
-                                    "gdp" if guide is not None else conversion)
+                                    "gdp" if guide is not None else conversion)  # as two_stage.plan's
         self.guide_net = None if guide is None else guide_cnn(self.shape, self.num_classes)
         self.guide_plan: dict | None = None  # sample rate, steps and noise multiplier, set up with the data
         self.guide_optimizer_hook = None  # train_dpsgd's on_optimizer (the audit's canaries)
@@ -168,25 +168,16 @@ class DPMERF(PrivateGenerator):
         steps are upfront too (their RDP); unknown (None) until the data's size sets their sampling rate."""
         if self.guide_spec is None:
             return mean_embedding.step_cost(self.count_feature, self.sigma, self.orders)
-        if self.guide_plan is None:
-            return None
-        plan = self.guide_plan
-        guide = rdp_subsampled_gaussian(plan["sample_rate"], plan["noise_multiplier"], plan["steps"], self.orders)
-        return StepCost({GDP_EXTRA: 0.0}, self.orders, aliases=NO_DATA_DEPENDENT_BOUND,
-                        upfront={GDP_EXTRA: mu_gaussian(self.sensitivity, self.sigma), "data_independent": guide})
+        return None if self.guide_plan is None else two_stage.step_cost(self.guide_plan, self.orders)
 
     def setup(self, stage: str) -> None:
         """With a guide: its sampling rate batch_size / N (N public, as for every DP-SGD method), its steps and the
         noise multiplier that brings the release and the guide to the budget (privacy/two_stage.py)."""
         if stage == "fit" and self.guide_spec is not None:
-            spec, n = self.guide_spec, len(self.train_records())
-            if spec["batch_size"] > n:
-                raise ValueError(f"method.module.guide.batch_size={spec['batch_size']} exceeds the training records")
-            rate = spec["batch_size"] / n
-            steps = dpsgd_steps(spec["epochs"], rate)
-            noise = two_stage.dpsgd_noise_multiplier(self.epsilon, self.delta, mu_gaussian(self.sensitivity, self.sigma),
-                                                     rate, steps, self.conversion, self.orders)
-            self.guide_plan = {"sample_rate": rate, "steps": steps, "noise_multiplier": noise}
+            spec = self.guide_spec
+            self.guide_plan = two_stage.plan(self.epsilon, self.delta, self.sensitivity, spec["share"],
+                                             spec["batch_size"], spec["epochs"], len(self.train_records()),
+                                             self.conversion, self.orders)
 
     def train_records(self) -> TensorData:
         dm = getattr(self.trainer, "datamodule", None)
@@ -227,15 +218,37 @@ class DPMERF(PrivateGenerator):
                     on_optimizer=self.guide_optimizer_hook)
         for p in self.guide_net.parameters():
             p.requires_grad_(False)
+        test = getattr(self.trainer.datamodule, "test_data", None)
+        if test is not None:  # public records: how good the released guide is, for the log
+            with torch.no_grad():
+                right = sum(int((self.guide_net(tx.to(self.device)).argmax(1).cpu() == ty).sum())
+                            for tx, ty in record_chunks(test, self.chunk_size))
+            log.info("guide: %d DP-SGD steps at noise multiplier %.4g; accuracy on the real test set %.4f",
+                     plan["steps"], plan["noise_multiplier"], right / len(test))
         two_stage.record_dpsgd(self.ledger, plan["sample_rate"], plan["noise_multiplier"], plan["steps"],
-                               params={**plan, "max_grad_norm": spec["clip"], "epochs": spec["epochs"]})
+                               params={**{k: plan[k] for k in ("sample_rate", "steps", "noise_multiplier")},
+                                       "max_grad_norm": spec["clip"], "epochs": spec["epochs"]})
 
     @property
     def generator(self) -> nn.Module:
-        """The trained generator, or with a guide its samples filtered by the guide (GuidedGenerator)."""
-        if self.guide_spec is None:
+        """The trained generator; with a guide in mode=filter, its samples filtered by the guide (GuidedGenerator)."""
+        if self.guide_spec is None or self.guide_spec["mode"] != "filter":
             return super().generator
         return GuidedGenerator(super().generator, self.guide_net, self.latent_dist, self.guide_spec["tries"])
+
+    @property
+    def labeller(self) -> nn.Module | None:
+        """With a guide in mode=relabel: the guide, whose class labels each sample (methods/guide.py `relabel`)."""
+        return self.guide_net if self.guide_spec is not None and self.guide_spec["mode"] == "relabel" else None
+
+    def sample(self, n: int, labels: torch.Tensor | None = None, batch_size: int = 1000):
+        """`(x, y)` as the base class draws them, y replaced by the guide's classes in mode=relabel."""
+        x, y = super().sample(n, labels, batch_size)
+        return (x, y) if self.labeller is None else (x, relabel(self.labeller, x, batch_size))
+
+    def release(self) -> dict:
+        """The base release and, in mode=relabel, the guide that labels the samples (generate.py)."""
+        return {**super().release(), "labeller": self.labeller}
 
     def feature_record(self) -> dict:
         """The public description of the feature map, for the ledger: n_features, bandwidth and feature_seed of the

@@ -1,10 +1,10 @@
-"""A guide: a small classifier of the private data trained once with DP-SGD, which a generator's samples must
-satisfy. `GuidedGenerator` draws G(z, y) again (fresh z, up to `tries` times) for every sample the guide reads as
-another class than y: a randomised function of (z, y) and of two released models, so post-processing of both
-(method.module.guide of method=dpmerf; docs/methods/dpmerf.md, "guide")."""
+"""A guide: a small classifier of the private data trained once with DP-SGD, which labels or filters a generator's
+samples (method.module.guide of method=dpmerf; docs/methods/dpmerf.md, "The guide"). mode=relabel: each sample
+G(z, y) gets the guide's class as its label (`relabel`); mode=filter: `GuidedGenerator` draws G(z, y) again (fresh
+z, up to `tries` times) for every sample the guide reads as another class than y. Either is a randomised function of
+(z, y) and of two released models: post-processing of both."""
 from __future__ import annotations
 
-import math
 import warnings
 
 import torch
@@ -33,11 +33,6 @@ def guide_cnn(shape, num_classes: int) -> nn.Sequential:
     with torch.no_grad():
         width = body(torch.zeros(1, *shape)).shape[1]
     return nn.Sequential(*body, nn.Linear(width, 32), nn.Tanh(), nn.Linear(32, num_classes))
-
-
-def dpsgd_steps(epochs: float, sample_rate: float) -> int:
-    """DP-SGD steps of `epochs` passes at Poisson rate q: epochs / q, rounded up."""
-    return max(1, math.ceil(epochs / sample_rate - 1e-9))
 
 
 def train_dpsgd(net: nn.Module, x: torch.Tensor, y: torch.Tensor, *, steps: int, batch_size: int, lr: float,
@@ -69,6 +64,17 @@ def train_dpsgd(net: nn.Module, x: torch.Tensor, y: torch.Tensor, *, steps: int,
         if log is not None and (step + 1) % 100 == 0:
             log(step + 1, float(loss) / max(len(by), 1))
     wrapped.remove_hooks()  # `net` is left as a plain module
+
+
+MODES = ("relabel", "filter")
+
+
+@torch.no_grad()
+def relabel(guide: nn.Module, x: torch.Tensor, batch_size: int = 1000) -> torch.Tensor:
+    """The guide's class for each record of `x` (on the guide's device, in batches): the labels of a relabelled
+    synthetic data set (method.module.guide.mode=relabel)."""
+    device = next(guide.parameters(), torch.empty(0)).device
+    return torch.cat([guide(chunk.to(device)).argmax(1).cpu() for chunk in x.split(batch_size)])
 
 
 class GuidedGenerator(nn.Module):

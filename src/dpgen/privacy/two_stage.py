@@ -9,9 +9,13 @@ the RDP curve a mu^2 / 2 (ledger.py); privacy.json also reports the tighter PLD 
 
 from __future__ import annotations
 
+import math
+
+from .cost import StepCost
 from .dpsgd import check_sampled_gaussian, rdp_subsampled_gaussian
-from .gaussian import smallest_fitting
-from .ledger import NO_DATA_DEPENDENT_BOUND, PrivacyLedger
+from .gaussian import gaussian_sigma, smallest_fitting
+from .gdp import mu_gaussian
+from .ledger import GDP_EXTRA, NO_DATA_DEPENDENT_BOUND, PrivacyLedger
 from .pld import dpsgd_event
 from .rdp import DEFAULT_ORDERS, check_delta
 
@@ -64,3 +68,30 @@ def dpsgd_noise_multiplier(epsilon: float, delta: float, mu: float, sample_rate:
         return ledger.epsilon(delta, "data_independent", conversion)[0] <= epsilon
 
     return smallest_fitting(fits, 1.0, TOLERANCE)
+
+
+def dpsgd_steps(epochs: float, sample_rate: float) -> int:
+    """DP-SGD steps of `epochs` passes at Poisson rate q: epochs / q, rounded up."""
+    return max(1, math.ceil(epochs / sample_rate - 1e-9))
+
+
+def plan(epsilon: float, delta: float, sensitivity: float, share: float, batch_size: int, epochs: float,
+         records: int, conversion: str = "improved", orders=DEFAULT_ORDERS) -> dict:
+    """A guided run's noise: the release's sigma at (share x epsilon, delta) by the analytic Gaussian mechanism, then
+    the DP-SGD stage's sampling rate batch_size / records, its steps and its noise multiplier (N public)."""
+    share = check_share(share)
+    if not 1 <= batch_size <= records:
+        raise ValueError(f"the guide's batch_size must be in [1, {records}] (the training records), got {batch_size}")
+    sigma = gaussian_sigma(share * epsilon, delta, sensitivity, "gdp")
+    mu = mu_gaussian(sensitivity, sigma)
+    rate = batch_size / records
+    steps = dpsgd_steps(epochs, rate)
+    noise = dpsgd_noise_multiplier(epsilon, delta, mu, rate, steps, conversion, orders)
+    return {"sigma": sigma, "mu": mu, "sample_rate": rate, "steps": steps, "noise_multiplier": noise}
+
+
+def step_cost(planned: dict, orders=DEFAULT_ORDERS) -> StepCost:
+    """The release and the guide's DP-SGD steps upfront, then generator steps that cost nothing."""
+    guide = rdp_subsampled_gaussian(planned["sample_rate"], planned["noise_multiplier"], planned["steps"], orders)
+    return StepCost({GDP_EXTRA: 0.0}, orders, aliases=NO_DATA_DEPENDENT_BOUND,
+                    upfront={GDP_EXTRA: planned["mu"], "data_independent": guide})
