@@ -28,8 +28,8 @@ LABELS = ("balanced", "released")
 KIND_LABELS = {"image": "balanced", "table": "released"}  # labels=None
 IMAGE_BANDWIDTH = 5.0  # bandwidth=None for images, on [0, 1] pixels (the value of the measured MNIST runs)
 TABLE_BANDWIDTH_PER_COLUMN = 0.2  # bandwidth=None for tables: this times sqrt(columns), on the datamodule's [0, 1]
-# method.module.guide: a DP-SGD classifier trained after the release that filters the samples (methods/guide.py);
-# its settings, the measured ones (docs/methods/dpmerf.md, "guide")
+# method.module.guide: a DP-SGD classifier trained after the release that labels (or filters) the samples
+# (methods/guide.py); its settings, the measured ones (docs/methods/dpmerf.md, "The guide")
 GUIDE_DEFAULTS = {"share": 0.5, "epochs": 8, "batch_size": 512, "lr": 2.0, "momentum": 0.9, "clip": 0.1,
                   "mode": "relabel", "tries": 10}
 POST_PROCESSING = ("the run's only access to private data, once before training; every training step reads this "
