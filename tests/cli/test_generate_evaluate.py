@@ -109,3 +109,24 @@ def test_a_release_with_a_labeller_labels_its_samples_by_it():
     assert torch.equal(y, torch.arange(500) % 2)  # no labeller: the labels asked for
     x, y = sample({**release, "labeller": Bright()}, 500, seed=0, batch_size=128)
     assert torch.equal(y, (x.flatten(1).mean(1) > 0.5).long()) and 0 < y.sum() < 500
+
+
+def test_a_labeller_that_still_holds_dpsgd_gradients_is_refused(tmp_path):
+    """A guide pickled with Opacus' per-record gradients on its parameters (generator.pt of a guided run before the
+    fix) holds private records: generate.py and `--keep` refuse to read it; the same file without them loads."""
+    import torch
+    from torch import nn
+
+    from dpgen.cli.generate import load_release
+    from dpgen.cli.report import keep_generator
+
+    guide = nn.Linear(3, 2)
+    guide.weight.grad_sample = torch.randn(5, 2, 3)  # what Opacus leaves: one gradient per record of the batch
+    torch.save({"generator": nn.Linear(2, 3), "labeller": guide}, tmp_path / "generator.pt")
+    with pytest.raises(ValueError, match="private records"):
+        load_release(tmp_path)
+    with pytest.raises(ValueError, match="private records"):
+        keep_generator(tmp_path / "generator.pt", tmp_path / "kept.pt")
+    del guide.weight.grad_sample
+    torch.save({"generator": nn.Linear(2, 3), "labeller": guide}, tmp_path / "generator.pt")
+    assert torch.equal(load_release(tmp_path)["labeller"].weight, guide.weight)

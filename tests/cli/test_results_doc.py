@@ -1,5 +1,6 @@
 """docs/RESULTS.md (the comparison, the method cards) and docs/RUNS.md (every kept run) are generated from docs/results/:
 they must be what the report makes of those files."""
+import json
 from pathlib import Path
 
 from dpgen.cli.cards import (CARDS_BEGIN, CARDS_END, TABLES_BEGIN, TABLES_END, WHICH_BEGIN, WHICH_END, cards,
@@ -50,3 +51,28 @@ RESULTS_MB = 128  # the most docs/results may hold (82 MB when kept generators b
 def test_the_kept_runs_stay_within_their_stated_size():
     size = sum(p.stat().st_size for p in (ROOT / "docs" / "results").rglob("*") if p.is_file()) / 2**20
     assert size <= RESULTS_MB, f"docs/results holds {size:.0f} MB, over its {RESULTS_MB} MB: keep the clone quick"
+
+
+def test_the_tables_matrix_puts_each_score_in_its_row_table_and_budget(tmp_path):
+    """tables.yaml's rows x tables x (no privacy, eps 1, eps 10): a peer's evaluate.py output with its seconds, a
+    control and a cell from kept runs, a note where no run stands."""
+    (tmp_path / "rows").mkdir()
+    (tmp_path / "rows/real_t.json").write_text(json.dumps({"downstream": {"average": {"auroc": 0.9, "auprc": 0.8}}}))
+    (tmp_path / "rows/mst_t_eps1.gpate.eval.json").write_text(
+        json.dumps({"downstream": {"average": {"auroc": 0.7, "auprc": 0.6}}}))
+    (tmp_path / "rows/mst_t_eps1.peer.json").write_text(json.dumps({"seconds": 61.4}))
+    (tmp_path / "kept").symlink_to(ROOT / "docs/results/dpmerf_hi_eps1")
+    (tmp_path / "tables.yaml").write_text(
+        "tables: {t: T, u: U}\n"
+        "beside:\n  - {row: real, t: rows/real_t.json}\n  - {row: MST, t_1: rows/mst_t_eps1.gpate.eval.json}\n"
+        "  - {row: M, u: kept}\n"
+        "cells:\n  - {row: M, experiment: m/u_eps10_guide, run: kept}\n"
+        "  - {row: M, experiment: m/t_eps1, run: null, note: why not}\n")
+    text = tables_table(tmp_path / "tables.yaml")
+    header, rule, real, mst, m = text.split("\n\n")[0].splitlines()
+    assert header == "| | T no privacy | T eps 1 | T eps 10 | U no privacy | U eps 1 | U eps 10 |"
+    assert real == f"| real | [0.900 / 0.800]({tmp_path.name}/rows/real_t.json) |  |  |  |  |  |"
+    assert mst == f"| MST |  | [0.700 / 0.600]({tmp_path.name}/rows/mst_t_eps1.gpate.eval.json), 61 s |  |  |  |  |"
+    kept = load_run(ROOT / "docs/results/dpmerf_hi_eps1")["utility"]
+    score = f"[{kept['auroc']:.3f} / {kept['auprc']:.3f}]({tmp_path.name}/kept), 391 s"
+    assert m == f"| M |  | why not |  | {score} |  | {score} |"

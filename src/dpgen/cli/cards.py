@@ -5,11 +5,12 @@ number on a card comes from a run's files) and where to read more."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from dpgen.cli.report import load_run, percent
+from dpgen.cli.report import load_run, percent, utility
 
 CARDS_BEGIN, CARDS_END = "<!-- cards -->", "<!-- /cards -->"
 WHICH_BEGIN, WHICH_END = "<!-- which method -->", "<!-- /which method -->"
@@ -117,18 +118,59 @@ def which_method(comparison_path: Path) -> str:
     return "\n".join(lines + [line for _, line in sorted(rows_out)]) + "\n"  # best MNIST eps = 1 first
 
 
+CELL = re.compile(r"[^/]+/(?P<table>\w+?)_eps(?P<eps>[\d.]+)(_\w+)?$")  # <method>/<table>_eps<e>[_<variant>]
+
+
+def scores(utility: dict) -> str:
+    return " / ".join("-" if utility.get(k) is None else f"{utility[k]:.3f}" for k in ("auroc", "auprc"))
+
+
+def beside_entry(folder: Path, path: str) -> str:
+    """A score from outside the cells: an evaluate.py output (tabular_rows/*.json; its seconds from the .peer.json
+    beside it, where there is one) or a kept run (a noise-free control)."""
+    if path.endswith(".json"):
+        out = json.loads((folder / path).read_text())
+        peer = folder / path.replace(".gpate.eval.json", ".peer.json")
+        seconds = f", {json.loads(peer.read_text())['seconds']:.0f} s" if peer != folder / path else ""
+        return f"[{scores(utility(out['downstream']))}]({folder.name}/{path}){seconds}"
+    row = load_run(folder / path)
+    return f"[{scores(row['utility'])}]({folder.name}/{path}), {float(row['wall_time'].split()[0]):.0f} s"
+
+
+def tables_matrix(spec: dict, folder: Path) -> str:
+    """Rows (methods, peers, the real data) x tables x (no privacy, eps 1, eps 10): mean AUROC / AUPRC and time.
+    "No privacy" is the real training split for the real-data row and the noise-free control for a method."""
+    tables = spec["tables"]
+    rows: dict[str, dict[str, str]] = {}
+    for entry in spec["beside"]:
+        rows.setdefault(entry["row"], {}).update({key: beside_entry(folder, value) for key, value in entry.items()
+                                                  if key != "row"})
+    for cell in spec["cells"]:
+        match = CELL.match(cell["experiment"])
+        key = f"{match['table']}_{match['eps']}"
+        text = cell["note"] if not cell.get("run") else beside_entry(folder, cell["run"])
+        rows.setdefault(cell["row"], {})[key] = text
+    columns = [(table, eps) for table in tables for eps in (None, "1", "10")]
+    header = " | ".join(f"{tables[t]} {'no privacy' if e is None else 'eps ' + e}" for t, e in columns)
+    lines = [f"| | {header} |", "|---" + "|---" * len(columns) + "|"]
+    for name, cells in rows.items():
+        lines.append(f"| {name} | " + " | ".join(cells.get(t if e is None else f"{t}_{e}", "")
+                                                 for t, e in columns) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def tables_table(spec_path: Path) -> str:
-    """The tabular cells of `spec_path` (tables.yaml): each cell's rerun, mean AUROC / AUPRC of the downstream
-    models, time and run, or why no run stands there."""
+    """The tabular results of `spec_path` (tables.yaml): the matrix (tables_matrix), then each cell's rerun, mean
+    AUROC / AUPRC of the downstream models, time and run, or why no run stands there."""
     folder = spec_path.parent
-    lines = ["| cell | rerun | AUROC / AUPRC | wall time (s) | run |", "|---|---|---|---:|---|"]
-    for cell in OmegaConf.to_container(OmegaConf.load(spec_path))["cells"]:
+    spec = OmegaConf.to_container(OmegaConf.load(spec_path))
+    lines = ["", "| cell | rerun | AUROC / AUPRC | wall time (s) | run |", "|---|---|---|---:|---|"]
+    for cell in spec["cells"]:
         experiment = cell["experiment"]
         if not cell.get("run"):
             lines.append(f"| {experiment} | `experiment={experiment}` | {cell['note']} | | |")
             continue
         row = load_run(folder / cell["run"])
-        scores = " / ".join("-" if row["utility"].get(k) is None else f"{row['utility'][k]:.3f}" for k in ("auroc", "auprc"))
-        lines.append(f"| {experiment} | `experiment={experiment}` | {scores} | {row['wall_time']} | "
+        lines.append(f"| {experiment} | `experiment={experiment}` | {scores(row['utility'])} | {row['wall_time']} | "
                      f"{run_link(folder, cell['run'])} |")
-    return "\n".join(lines) + "\n"
+    return tables_matrix(spec, folder) + "\n".join(lines) + "\n"

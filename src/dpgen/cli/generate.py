@@ -36,6 +36,10 @@ def load_release(run: Path) -> dict:
     release = torch.load(path, map_location="cpu", weights_only=False)  # our own file: a pickled module
     release["generator"] = release["generator"].float()  # a kept run stores it in half precision (report.keep)
     if release.get("labeller") is not None:
+        if any(vars(param) for param in release["labeller"].parameters()):
+            raise ValueError(f"{path}: its guide carries the per-record gradients of its last DP-SGD batch (written "
+                             "before 2026-12-06's fix of methods/guide.py): the file holds private records; delete "
+                             "it and train the run again")
         release["labeller"] = release["labeller"].float()
     return release
 

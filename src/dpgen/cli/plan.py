@@ -166,8 +166,7 @@ def plan_dpmerf(cfg: DictConfig, facts: dict) -> tuple[StepCost, dict]:
     module, p = cfg.method.module, cfg.privacy
     a = module.count_feature
     if module.get("guide") is not None:  # the release and the guide's DP-SGD, as DPMERF.setup plans them
-        kind = "image" if len(facts["shape"]) == 3 else "table"
-        spec = check_guide(OmegaConf.to_container(module.guide), kind, p.conversion)
+        spec = check_guide(OmegaConf.to_container(module.guide), p.conversion)
         planned = two_stage.plan(p.epsilon, p.delta, mean_embedding.sensitivity(a), spec["share"], spec["batch_size"],
                                  spec["epochs"], facts["records"], p.conversion, DEFAULT_ORDERS)
         return two_stage.step_cost(planned, DEFAULT_ORDERS), {

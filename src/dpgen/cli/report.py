@@ -40,6 +40,7 @@ import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from dpgen.cli.common import console, fail  # noqa: E402
+from dpgen.cli.generate import load_release  # noqa: E402
 from dpgen.files import atomic_write  # noqa: E402
 from dpgen.privacy.selection import NOT_DP, dp_epsilon  # noqa: E402
 
@@ -81,7 +82,7 @@ KEEP_GENERATOR_MB = 16.0
 def keep_generator(source: Path, dest: Path) -> str:
     """Write the run's generator.pt to `dest` with its floating-point weights and buffers in half precision (what
     generate.py reads back in float32), unless that exceeds KEEP_GENERATOR_MB; says what it did."""
-    release = torch.load(source, map_location="cpu", weights_only=False)  # our own file: a pickled module
+    release = load_release(source.parent)  # float32; refuses a file that holds private records
     release["generator"] = release["generator"].half()
     if release.get("labeller") is not None:
         release["labeller"] = release["labeller"].half()

@@ -14,7 +14,7 @@ from dpgen.aggregation import feature_maps, mean_embedding
 from dpgen.callbacks.checkpoint_io import CheckpointError
 from dpgen.data.base import TensorData
 from dpgen.methods.base import PrivateGenerator
-from dpgen.methods.guide import MODES, GuidedGenerator, guide_cnn, relabel, train_dpsgd
+from dpgen.methods.guide import MODES, GuidedGenerator, guide_net, relabel, train_dpsgd
 from dpgen.nn.fc import FCGenerator
 from dpgen.nn.mixed_table import MixedTableGenerator
 from dpgen.privacy import two_stage
@@ -50,10 +50,8 @@ def record_chunks(data: TensorData, size: int) -> Iterator[tuple[torch.Tensor, t
         yield data[start:start + size]
 
 
-def check_guide(guide: dict, kind: str, conversion: str) -> dict:
-    """The guide's settings over GUIDE_DEFAULTS; ValueError for tables, unknown keys or an unsupported conversion."""
-    if kind != "image":
-        raise ValueError("method.module.guide filters images; tables take guide=null")
+def check_guide(guide: dict, conversion: str) -> dict:
+    """The guide's settings over GUIDE_DEFAULTS; ValueError for unknown keys or an unsupported conversion."""
     unknown = sorted(set(guide) - set(GUIDE_DEFAULTS))
     if unknown:
         raise ValueError(f"unknown method.module.guide settings {unknown}; known: {sorted(GUIDE_DEFAULTS)}")
@@ -97,7 +95,7 @@ class DPMERF(PrivateGenerator):
         labels = KIND_LABELS[kind] if labels is None else labels
         if labels not in LABELS:
             raise ValueError(f"labels must be one of {LABELS}, got {labels!r}")
-        guide_spec = None if guide is None else check_guide(guide, kind, conversion)
+        guide_spec = None if guide is None else check_guide(guide, conversion)
         if conversion == "pld":
             raise ValueError("method=dpmerf makes one Gaussian release, for which privacy.conversion=gdp is exact: "
                              "use gdp (pld would only add discretization error)")
@@ -120,7 +118,7 @@ class DPMERF(PrivateGenerator):
         share = 1.0 if guide is None else self.guide_spec["share"]
         self.sigma = gaussian_sigma(share * self.epsilon, self.delta, self.sensitivity,
                                     "gdp" if guide is not None else conversion)  # as two_stage.plan's
-        self.guide_net = None if guide is None else guide_cnn(self.shape, self.num_classes)
+        self.guide_net = None if guide is None else guide_net(kind, self.shape, self.num_classes)
         self.guide_plan: dict | None = None  # sample rate, steps and noise multiplier, set up with the data
         self.guide_optimizer_hook = None  # train_dpsgd's on_optimizer (the audit's canaries)
         self.orders = DEFAULT_ORDERS

@@ -5,6 +5,7 @@ z, up to `tries` times) for every sample the guide reads as another class than y
 (z, y) and of two released models: post-processing of both."""
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
@@ -18,6 +19,7 @@ from dpgen.nn.generator import latent
 
 
 MIN_SIZE = 16  # the smallest image guide_cnn's two strided convolutions and pools leave a pixel of
+TABLE_HIDDEN = 64  # guide_mlp's tanh units (probed on HI at eps = 1: 32 and 64 units, or none; experiments/dpmerf_guide)
 
 
 def guide_cnn(shape, num_classes: int) -> nn.Sequential:
@@ -33,6 +35,17 @@ def guide_cnn(shape, num_classes: int) -> nn.Sequential:
     with torch.no_grad():
         width = body(torch.zeros(1, *shape)).shape[1]
     return nn.Sequential(*body, nn.Linear(width, 32), nn.Tanh(), nn.Linear(32, num_classes))
+
+
+def guide_mlp(shape, num_classes: int, hidden: int = TABLE_HIDDEN) -> nn.Sequential:
+    """The guide of a table: one tanh layer of `hidden` units over the record's columns (tanh for clipped gradients,
+    as guide_cnn; no BatchNorm)."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(shape), hidden), nn.Tanh(), nn.Linear(hidden, num_classes))
+
+
+def guide_net(kind: str, shape, num_classes: int) -> nn.Sequential:
+    """guide_cnn for images, guide_mlp for tables."""
+    return guide_cnn(shape, num_classes) if kind == "image" else guide_mlp(shape, num_classes)
 
 
 def train_dpsgd(net: nn.Module, x: torch.Tensor, y: torch.Tensor, *, steps: int, batch_size: int, lr: float,
@@ -63,7 +76,19 @@ def train_dpsgd(net: nn.Module, x: torch.Tensor, y: torch.Tensor, *, steps: int,
         opt.step()
         if log is not None and (step + 1) % 100 == 0:
             log(step + 1, float(loss) / max(len(by), 1))
-    wrapped.remove_hooks()  # `net` is left as a plain module
+    opt.zero_grad(set_to_none=True)
+    wrapped.cleanup()  # `net` is left as a plain module: hooks and Opacus' per-parameter attributes removed
+    strip_private_state(net)
+
+
+def strip_private_state(net: nn.Module) -> None:
+    """Deletes what DP-SGD leaves on `net`'s parameters beside their values: Opacus' `grad_sample` (the last batch's
+    per-record gradients, neither clipped nor noised), `summed_grad` (their clipped sum, no noise) and the noisy
+    `.grad`. A pickled module (generator.pt's labeller) would carry the first two: records of the private data."""
+    for param in net.parameters():
+        param.grad = None
+        for key in list(vars(param)):
+            delattr(param, key)
 
 
 MODES = ("relabel", "filter")
