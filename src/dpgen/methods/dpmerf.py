@@ -115,9 +115,8 @@ class DPMERF(PrivateGenerator):
         self.sensitivity = mean_embedding.sensitivity(self.count_feature)
         # with a guide the release is calibrated alone to its share of the budget, exactly (gdp), and the guide's
         # DP-SGD gets what the conversion leaves (privacy/two_stage.py)
-        share = 1.0 if guide is None else self.guide_spec["share"]
-        self.sigma = gaussian_sigma(share * self.epsilon, self.delta, self.sensitivity,
-                                    "gdp" if guide is not None else conversion)  # as two_stage.plan's
+        self.sigma = (gaussian_sigma(self.epsilon, self.delta, self.sensitivity, conversion) if guide is None else
+                      two_stage.release_sigma(self.epsilon, self.delta, self.sensitivity, self.guide_spec["share"]))
         self.guide_net = None if guide is None else guide_net(kind, self.shape, self.num_classes)
         self.guide_plan: dict | None = None  # sample rate, steps and noise multiplier, set up with the data
         self.guide_optimizer_hook = None  # train_dpsgd's on_optimizer (the audit's canaries)

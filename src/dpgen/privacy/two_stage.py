@@ -70,6 +70,11 @@ def dpsgd_noise_multiplier(epsilon: float, delta: float, mu: float, sample_rate:
     return smallest_fitting(fits, 1.0, TOLERANCE)
 
 
+def release_sigma(epsilon: float, delta: float, sensitivity: float, share: float) -> float:
+    """The release's noise: the analytic Gaussian mechanism's sigma at (share x epsilon, delta)."""
+    return gaussian_sigma(check_share(share) * epsilon, delta, sensitivity, "gdp")
+
+
 def dpsgd_steps(epochs: float, sample_rate: float) -> int:
     """DP-SGD steps of `epochs` passes at Poisson rate q: epochs / q, rounded up."""
     return max(1, math.ceil(epochs / sample_rate - 1e-9))
@@ -82,7 +87,7 @@ def plan(epsilon: float, delta: float, sensitivity: float, share: float, batch_s
     share = check_share(share)
     if not 1 <= batch_size <= records:
         raise ValueError(f"the guide's batch_size must be in [1, {records}] (the training records), got {batch_size}")
-    sigma = gaussian_sigma(share * epsilon, delta, sensitivity, "gdp")
+    sigma = release_sigma(epsilon, delta, sensitivity, share)
     mu = mu_gaussian(sensitivity, sigma)
     rate = batch_size / records
     steps = dpsgd_steps(epochs, rate)
