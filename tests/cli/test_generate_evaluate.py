@@ -127,6 +127,10 @@ def test_a_labeller_that_still_holds_dpsgd_gradients_is_refused(tmp_path):
         load_release(tmp_path)
     with pytest.raises(ValueError, match="private records"):
         keep_generator(tmp_path / "generator.pt", tmp_path / "kept.pt")
+    # mode=filter: the guide travels inside the generator (GuidedGenerator)
+    torch.save({"generator": nn.Sequential(nn.Linear(2, 3), guide)}, tmp_path / "generator.pt")
+    with pytest.raises(ValueError, match="private records"):
+        load_release(tmp_path)
     del guide.weight.grad_sample
     torch.save({"generator": nn.Linear(2, 3), "labeller": guide}, tmp_path / "generator.pt")
     assert torch.equal(load_release(tmp_path)["labeller"].weight, guide.weight)

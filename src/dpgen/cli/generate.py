@@ -34,12 +34,13 @@ def load_release(run: Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: `run=` must be a folder written by train.py")
     release = torch.load(path, map_location="cpu", weights_only=False)  # our own file: a pickled module
+    modules = [release[key] for key in ("generator", "labeller") if release.get(key) is not None]
+    if any(vars(param) for module in modules for param in module.parameters()):
+        raise ValueError(f"{path}: its guide carries the per-record gradients of its last DP-SGD batch (written "
+                         "before 2026-12-06's fix of methods/guide.py): the file holds private records; delete it "
+                         "and train the run again")
     release["generator"] = release["generator"].float()  # a kept run stores it in half precision (report.keep)
     if release.get("labeller") is not None:
-        if any(vars(param) for param in release["labeller"].parameters()):
-            raise ValueError(f"{path}: its guide carries the per-record gradients of its last DP-SGD batch (written "
-                             "before 2026-12-06's fix of methods/guide.py): the file holds private records; delete "
-                             "it and train the run again")
         release["labeller"] = release["labeller"].float()
     return release
 
