@@ -8,8 +8,6 @@ import time
 from pathlib import Path
 
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.utils import instantiate
 
 from dpgen.aggregation.mean_embedding import sensitivity
 from dpgen.cli.generate import load_release
@@ -17,6 +15,7 @@ from dpgen.evaluation.downstream import image_accuracy
 from dpgen.methods.guide import guide_net, relabel, train_dpsgd
 from dpgen.nn.generator import generate
 from dpgen.privacy import two_stage
+from probe_data import datamodule  # noqa: E402 (this folder's)
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--data", default="fashion_mnist")
@@ -29,10 +28,7 @@ ap.add_argument("--clip", type=float, default=0.1)
 ap.add_argument("--generator")
 ap.add_argument("--cnn-epochs", type=int, default=5)
 a = ap.parse_args()
-with initialize_config_dir(str(Path("src/dpgen/conf").resolve()), version_base=None):
-    cfg = compose("config", [f"data={a.data}", "eval.selection=private_val"])
-dm = instantiate(cfg.data, batch_size=256, seed=0, private_val=cfg.eval.private_val.fraction)
-dm.setup("fit")
+dm = datamodule(a.data, private_val=True)
 x, y = dm.train_data[:]
 tx, ty = dm.test_data[:]
 plan = two_stage.plan(a.eps if a.eps else 1e4, 1e-5, sensitivity(0.2), 0.5, a.batch, a.epochs, len(x))

@@ -7,8 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.utils import instantiate
 from sklearn.metrics import roc_auc_score
 from torch import nn
 
@@ -17,13 +15,11 @@ from dpgen.cli.generate import load_release, sample
 from dpgen.evaluation.downstream import tabular_scores
 from dpgen.methods.guide import train_dpsgd
 from dpgen.privacy import two_stage
+from probe_data import datamodule  # noqa: E402 (this folder's)
 
 run, data, eps = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
 hidden, epochs, lr, clip, batch = int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6]), float(sys.argv[7]), int(sys.argv[8])
-with initialize_config_dir(str(Path("src/dpgen/conf").resolve()), version_base=None):
-    cfg = compose("config", [f"data={data}"])
-dm = instantiate(cfg.data, batch_size=256, seed=0)
-dm.setup("fit")
+dm = datamodule(data)
 tx, ty = dm.train_data[:]
 sx, sy = dm.test_data[:]
 tx, sx = tx.reshape(len(tx), -1).float(), sx.reshape(len(sx), -1).float()

@@ -6,19 +6,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.utils import instantiate
 from sklearn.linear_model import LogisticRegression
 from sklearn.neural_network import MLPClassifier
 
 from dpgen.cli.generate import load_release, sample
 from dpgen.evaluation.downstream import tabular_scores
+from probe_data import datamodule  # noqa: E402 (this folder's)
 
 run, data = Path(sys.argv[1]), (sys.argv[2] if len(sys.argv) > 2 else "hi")
-with initialize_config_dir(str(Path("src/dpgen/conf").resolve()), version_base=None):
-    cfg = compose("config", [f"data={data}"])
-dm = instantiate(cfg.data, batch_size=256, seed=0)
-dm.setup("fit")
+dm = datamodule(data)
 tx, ty = dm.train_data[:]
 sx, sy = dm.test_data[:]
 release = load_release(run)
