@@ -76,8 +76,7 @@ def train_dpsgd(net: nn.Module, x: torch.Tensor, y: torch.Tensor, *, steps: int,
         opt.step()
         if log is not None and (step + 1) % 100 == 0:
             log(step + 1, float(loss) / max(len(by), 1))
-    opt.zero_grad(set_to_none=True)
-    wrapped.cleanup()  # `net` is left as a plain module: hooks and Opacus' per-parameter attributes removed
+    wrapped.remove_hooks()  # `net` is left as a plain module
     strip_private_state(net)
 
 
