@@ -3,9 +3,9 @@ they must be what the report makes of those files."""
 import json
 from pathlib import Path
 
-from dpgen.cli.cards import (CARDS_BEGIN, CARDS_END, TABLES_BEGIN, TABLES_END, WHICH_BEGIN, WHICH_END, cards,
-                             tables_table, which_method)
-from dpgen.cli.report import (BEGIN, CARDS, COMPARISON, COMPARISON_BEGIN, COMPARISON_END, END, TABLES,
+from dpgen.cli.cards import (CARDS_BEGIN, CARDS_END, GOALS_BEGIN, GOALS_END, TABLES_BEGIN, TABLES_END, WHICH_BEGIN,
+                             WHICH_END, cards, goals_table, tables_table, verdict, which_method)
+from dpgen.cli.report import (BEGIN, CARDS, COMPARISON, COMPARISON_BEGIN, COMPARISON_END, END, GOALS, TABLES,
                               comparison_table, find_runs, load_run, markdown_table)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,6 +26,8 @@ def test_results_table_is_generated_from_the_kept_run_files(monkeypatch):
     assert block == "\n" + cards(Path("docs/results") / CARDS, Path("docs/results") / COMPARISON), f"the cards {stale}"
     block = text.split(TABLES_BEGIN, 1)[1].split(TABLES_END, 1)[0]
     assert block == "\n" + tables_table(Path("docs/results") / TABLES), f"the tables {stale}"
+    block = text.split(GOALS_BEGIN, 1)[1].split(GOALS_END, 1)[0]
+    assert block == "\n" + goals_table(Path("docs/results") / GOALS), f"the goals {stale}"
     assert text.index(COMPARISON_BEGIN) < text.index(CARDS_BEGIN)  # the comparison opens the page, the cards follow
 
 
@@ -76,3 +78,24 @@ def test_the_tables_matrix_puts_each_score_in_its_row_table_and_budget(tmp_path)
     kept = load_run(ROOT / "docs/results/dpmerf_hi_eps1")["utility"]
     score = f"[{kept['auroc']:.3f} / {kept['auprc']:.3f}]({tmp_path.name}/kept), 391 s"
     assert m == f"| M |  | why not |  | {score} |  | {score} |"
+
+
+def test_a_goal_is_met_or_short_and_the_control_says_whether_the_noise_or_the_configuration_stops_it():
+    assert verdict(96, 0.961, 0.967) == "met"
+    assert verdict(98, 0.970, 0.967).startswith("short: its noise-free control is short too")
+    assert verdict(98, 0.950, 0.985).startswith("short: its noise-free control reaches the goal")
+    assert verdict(98, None, None).startswith("short: its noise-free control reaches the goal")  # nothing measured
+
+
+def test_the_goals_table_reads_each_cell_its_control_and_the_other_protocol(tmp_path):
+    (tmp_path / "cell").symlink_to(ROOT / "docs/results/dpmerf_mnist_eps10_guide_generator")
+    (tmp_path / "control").symlink_to(ROOT / "docs/results/dpmerf_mnist_control_guide")
+    summary = {"classifiers": ["a", "b"], "val": {"mean": 97.54}}
+    (tmp_path / "other.json").write_text(json.dumps({"summary": summary}))
+    (tmp_path / "goals.yaml").write_text("goals:\n  - {data: mnist, eps: 10, goal: 98, run: cell, control: control,"
+                                         " beside: other.json, limit: the guide}\n")
+    header, rule, row = goals_table(tmp_path / "goals.yaml").splitlines()
+    cell, control = (load_run(tmp_path / name)["utility"]["private_val"] for name in ("cell", "control"))
+    name = tmp_path.name
+    assert row == (f"| mnist, 10 | 98 | [{100 * cell:.1f}]({name}/cell) | [{100 * control:.1f}]({name}/control) | "
+                   f"{verdict(98, cell, control)} | the guide | [97.5]({name}/other.json) (a, b) |")

@@ -160,17 +160,49 @@ def tables_matrix(spec: dict, folder: Path) -> str:
 
 
 def tables_table(spec_path: Path) -> str:
-    """The tabular results of `spec_path` (tables.yaml): the matrix (tables_matrix), then each cell's rerun, mean
-    AUROC / AUPRC of the downstream models, time and run, or why no run stands there."""
+    """The tabular results of `spec_path` (tables.yaml): the matrix (tables_matrix), then the experiment that reruns
+    each row's cells."""
     folder = spec_path.parent
     spec = OmegaConf.to_container(OmegaConf.load(spec_path))
-    lines = ["", "| cell | rerun | AUROC / AUPRC | wall time (s) | run |", "|---|---|---|---:|---|"]
+    experiments: dict[str, list[str]] = {}
     for cell in spec["cells"]:
-        experiment = cell["experiment"]
-        if not cell.get("run"):
-            lines.append(f"| {experiment} | `experiment={experiment}` | {cell['note']} | | |")
-            continue
-        row = load_run(folder / cell["run"])
-        lines.append(f"| {experiment} | `experiment={experiment}` | {scores(row['utility'])} | {row['wall_time']} | "
-                     f"{run_link(folder, cell['run'])} |")
-    return tables_matrix(spec, folder) + "\n".join(lines) + "\n"
+        experiments.setdefault(cell["row"], []).append(f"`{cell['experiment']}`")
+    reruns = "; ".join(f"{row}: {', '.join(names)}" for row, names in experiments.items())
+    return tables_matrix(spec, folder) + f"\nEach cell reruns by `python train.py experiment=<name>`: {reruns}.\n"
+
+
+GOALS_BEGIN, GOALS_END = "<!-- goals -->", "<!-- /goals -->"
+
+
+def other_protocol(folder: Path, path: str) -> str:
+    """A dpimagebench_eval output's mean over its classifiers (each one's test accuracy at its best validation
+    epoch), with the classifiers it trained: the cell's generator under DPImageBench's protocol."""
+    summary = json.loads((folder / path).read_text())["summary"]
+    return f"[{summary['val']['mean']:.1f}]({folder.name}/{path}) ({', '.join(summary['classifiers'])})"
+
+
+def verdict(goal: float, cell: float | None, control: float | None) -> str:
+    """Met, or short; and then whether the configuration's own noise-free control is short too (its ceiling: no
+    private run of it can be expected above it) or reaches the goal (the noise costs the difference)."""
+    if cell is not None and 100 * cell >= goal:
+        return "met"
+    if control is not None and 100 * control < goal:
+        return "short: its noise-free control is short too (the configuration's ceiling)"
+    return "short: its noise-free control reaches the goal (the noise's cost)"
+
+
+def goals_table(spec_path: Path) -> str:
+    """goals.yaml's image goals: per data set and budget the goal (%, DP selection), the best private cell and its
+    configuration's noise-free control (DP selection), the verdict (`verdict`), what the measurements found limits
+    the control (`limit`, words) and, where there is one, the same generator under DPImageBench's protocol (`beside`, experiments/dpimagebench_eval)."""
+    folder = spec_path.parent
+    spec = OmegaConf.to_container(OmegaConf.load(spec_path))
+    lines = ["| data, eps | goal (%) | best private cell: DP selection (%) | its noise-free control (%) | verdict | "
+             "what limits the control | the cell under DPImageBench's protocol (%, its classifiers) |", "|---|---:|---:|---:|---|---|---|"]
+    for row in spec["goals"]:
+        cell, control = (load_run(folder / row[k])["utility"].get("private_val") for k in ("run", "control"))
+        beside = other_protocol(folder, row["beside"]) if row.get("beside") else ""
+        lines.append(f"| {row['data']}, {row['eps']} | {row['goal']:g} | [{percent(cell)}]({folder.name}/{row['run']}) "
+                     f"| [{percent(control)}]({folder.name}/{row['control']}) | {verdict(row['goal'], cell, control)} "
+                     f"| {row.get('limit', '')} | {beside} |")
+    return "\n".join(lines) + "\n"

@@ -230,6 +230,7 @@ BEGIN, END = "<!-- report -->", "<!-- /report -->"
 COMPARISON = "comparison.yaml"  # in the results folder: which run stands for each cell of the comparison table
 CARDS = "cards.yaml"  # beside it: the method cards of RESULTS.md (cli/cards.py)
 TABLES = "tables.yaml"  # beside it: the tabular cells of RESULTS.md (cli/cards.py tables_table)
+GOALS = "goals.yaml"  # beside it: the image cells against their goals (cli/cards.py goals_table)
 RUNS = "RUNS.md"  # beside RESULTS.md: the page of the full run table, where there is one
 COMPARISON_BEGIN, COMPARISON_END = "<!-- comparison -->", "<!-- /comparison -->"
 
@@ -384,11 +385,13 @@ def main(argv: list[str] | None = None) -> Path:
         if spec is not None:
             write_block(out / "RESULTS.md", comparison_table(spec), COMPARISON_BEGIN, COMPARISON_END)
             if (spec.parent / CARDS).is_file():
-                from dpgen.cli.cards import (CARDS_BEGIN, CARDS_END, TABLES_BEGIN, TABLES_END, WHICH_BEGIN, WHICH_END,
-                                             cards, tables_table, which_method)
+                from dpgen.cli.cards import (CARDS_BEGIN, CARDS_END, GOALS_BEGIN, GOALS_END, TABLES_BEGIN, TABLES_END,
+                                             WHICH_BEGIN, WHICH_END, cards, goals_table, tables_table, which_method)
                 write_block(out / "RESULTS.md", cards(spec.parent / CARDS, spec), CARDS_BEGIN, CARDS_END)
                 if (spec.parent / TABLES).is_file():
                     write_block(out / "RESULTS.md", tables_table(spec.parent / TABLES), TABLES_BEGIN, TABLES_END)
+                if (spec.parent / GOALS).is_file():
+                    write_block(out / "RESULTS.md", goals_table(spec.parent / GOALS), GOALS_BEGIN, GOALS_END)
                 readme = out.parent / "README.md"  # its "which method" table, where it has one
                 if readme.is_file() and WHICH_BEGIN in readme.read_text():
                     write_block(readme, which_method(spec), WHICH_BEGIN, WHICH_END)
