@@ -14,6 +14,7 @@ from dpgen.callbacks.privacy_budget import PrivacyBudget
 from dpgen.data.base import DPGenDataModule, TensorData
 from dpgen.methods.dpgan import DPGAN, MECHANISM
 from dpgen.nn.generator import ConditionalImageGenerator, ConditionalTableGenerator
+from dpgen.nn.mixed_table import MixedTableGenerator
 from dpgen.privacy.rdp import DEFAULT_ORDERS, eps_from_rdp
 
 warnings.filterwarnings("ignore")
@@ -211,3 +212,19 @@ def test_conv_nets_are_gpate_nets_for_images_and_pategan_mlps_for_tables():
     assert isinstance(table.net_g, ConditionalTableGenerator)
     hidden = [m.out_features for m in table.net_d.modules() if isinstance(m, nn.Linear)]
     assert hidden == [6, 3, 6, 1]
+
+
+def test_a_table_generator_option_draws_one_category_per_one_hot_block():
+    """generator.table: DP-MERF's tabular generator (continuous columns first, then a one-hot block per categorical
+    column): exact one-hot blocks when sampling, the relaxed draw while training."""
+    spec = dict(generator={"arch": "conv", "table": {"categorical": {"c": ["a", "b", "c"]}, "hidden": [16]}},
+                discriminator={"arch": "conv"})
+    table = DPGAN((5,), 2, "table", **spec)
+    assert isinstance(table.net_g, MixedTableGenerator) and table.net_g.one_hot == (3,)
+    rows, _ = table.sample(100, torch.tensor([0, 1] * 50))
+    assert rows.shape == (100, 5) and ((rows[:, :2] >= 0) & (rows[:, :2] <= 1)).all()
+    block = rows[:, 2:]
+    assert ((block == 0) | (block == 1)).all() and (block.sum(1) == 1).all()
+    table.net_g.train()
+    soft = table.net_g(torch.randn(100, table.z_dim), torch.tensor([0, 1] * 50))[:, 2:]
+    assert torch.allclose(soft.sum(1), torch.ones(100)) and ((soft > 0) & (soft < 1)).any()

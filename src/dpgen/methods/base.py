@@ -11,6 +11,7 @@ from torch import nn
 from dpgen.nn.discriminator import ConditionalDiscriminator
 from dpgen.nn.fc import ConditionalMLP, table_hidden
 from dpgen.nn.generator import ConditionalImageGenerator, ConditionalTableGenerator, generate, latent
+from dpgen.nn.mixed_table import MixedTableGenerator
 
 
 class PrivateGenerator(pl.LightningModule):
@@ -59,12 +60,23 @@ class PrivateGenerator(pl.LightningModule):
         """`global_step` less the steps `PrivacyBudget` rolled back: they ran, but the generator is not theirs."""
         return global_step - ((self.ledger.stop or {}).get("discarded_steps", 0) if self.ledger is not None else 0)
 
-    def build_generator(self, **arch) -> nn.Module:
+    def build_generator(self, table: dict | None = None, **arch) -> nn.Module:
+        """Images: the conditional deconvolution generator. Tables: PATE-GAN's MLP with a sigmoid on every column,
+        or, given `table` (the options of `table_generator`), a drawn category per one-hot block."""
         if self.kind == "image":
             return ConditionalImageGenerator(self.shape, self.num_classes, z_dim=self.z_dim, **arch)
         if self.kind == "table":
+            if table is not None:
+                return self.table_generator(**table)
             return ConditionalTableGenerator(self.shape, self.num_classes, z_dim=self.z_dim, **arch)
         raise ValueError(f"unknown data kind {self.kind!r} (expected 'image' or 'table')")
+
+    def table_generator(self, categorical: dict | None = None, **arch) -> nn.Module:
+        """DP-MERF's tabular MLP (hidden 4F, 2F by default) with a sigmoid for the continuous columns and a drawn
+        category per one-hot block (nn/mixed_table.py); `categorical` is the datamodule's {column: values}, whose
+        blocks follow the continuous columns (data/tables.py), so only their sizes matter here."""
+        one_hot = [len(values) for values in (categorical or {}).values()]
+        return MixedTableGenerator(self.shape, self.num_classes, self.z_dim, one_hot=one_hot, **arch)
 
     def build_judge(self, table_activation: str, **arch) -> nn.Module:
         """A conditional discriminator D(x, y) -> logit: G-PATE's convolutional one for images (appendix E), an

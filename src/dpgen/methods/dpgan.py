@@ -102,8 +102,9 @@ class DPSGDGAN(PrivateGenerator):
     def build_generator(self, arch: str = "fc", **kwargs) -> nn.Module:
         if arch == "fc":
             return FCGenerator(self.shape, self.num_classes, z_dim=self.z_dim, **kwargs)
-        if arch == "conv":  # G-PATE's conditional deconvolution generator (its appendix E); a table: PATE-GAN's MLP
-            return super().build_generator(**(kwargs if self.kind == "image" else {}))
+        if arch == "conv":  # G-PATE's conditional deconvolution generator (its appendix E); a table: PATE-GAN's MLP,
+            table = kwargs.pop("table", None)  # or with `table` DP-MERF's drawn categories (base.table_generator)
+            return super().build_generator(**(kwargs if self.kind == "image" else {"table": table}))
         raise ValueError(f"unknown generator arch {arch!r} (fc or conv)")
 
     def build_discriminator(self, arch: str = "fc", **kwargs) -> nn.Module:

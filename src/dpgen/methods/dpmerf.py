@@ -16,7 +16,6 @@ from dpgen.data.base import TensorData
 from dpgen.methods.base import PrivateGenerator
 from dpgen.methods.guide import MODES, GuidedGenerator, guide_net, relabel, train_dpsgd
 from dpgen.nn.fc import FCGenerator
-from dpgen.nn.mixed_table import MixedTableGenerator
 from dpgen.privacy import two_stage
 from dpgen.privacy.gaussian import gaussian_sigma
 from dpgen.privacy.ledger import NO_DATA_DEPENDENT_BOUND, PrivacyLedger
@@ -146,13 +145,6 @@ class DPMERF(PrivateGenerator):
         hidden, batch_norm = tuple(arch.pop("hidden", (200, 500))), arch.pop("batch_norm", True)
         return FCGenerator(self.shape, self.num_classes, z_dim=self.z_dim, hidden=hidden, activation="relu",
                            feature_bound=None, label_every_layer=False, batch_norm=batch_norm, **arch)
-
-    def table_generator(self, categorical: dict | None = None, **arch) -> nn.Module:
-        """DP-MERF's tabular MLP (hidden 4F, 2F by default) with a sigmoid for the continuous columns and a drawn
-        category per one-hot block (nn/mixed_table.py); `categorical` is the datamodule's {column: values}, whose
-        blocks follow the continuous columns (data/tables.py), so only their sizes matter here."""
-        one_hot = [len(values) for values in (categorical or {}).values()]
-        return MixedTableGenerator(self.shape, self.num_classes, self.z_dim, one_hot=one_hot, **arch)
 
     def configure_optimizers(self):
         return torch.optim.Adam(self.net_g.parameters(), lr=self.lr)
