@@ -75,7 +75,7 @@ def train_dpsgd(net: nn.Module, x: torch.Tensor, y: torch.Tensor, *, steps: int,
             loss.backward()
         opt.step()
         if log is not None and (step + 1) % 100 == 0:
-            log(step + 1, float(loss) / max(len(by), 1))
+            log(step + 1, loss.item() / max(len(by), 1))
     wrapped.remove_hooks()  # `net` is left as a plain module
     strip_private_state(net)
 
