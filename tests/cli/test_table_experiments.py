@@ -1,5 +1,6 @@
 """The real-table cells (conf/experiment/<method>/{hi,doctor_contacts}_eps<e>.yaml): each composes and builds its
-method at the table's width, and PATE-GAN's teacher count is what its comment argues."""
+method at the table's width, PATE-GAN's teacher count is what its comment argues, G-PATE's are the paper's tabular
+settings and DP-GAN's generator draws the table's categories."""
 from __future__ import annotations
 
 import pytest
@@ -13,7 +14,7 @@ from dpgen.privacy.rdp import DEFAULT_ORDERS
 
 # encoded width (continuous columns + one-hot blocks) and training rows of the fixed split
 TABLES = {"hi": (24, 17_818), "doctor_contacts": (21, 16_106)}
-CELLS = [(m, t, e) for m in ("dpmerf", "pategan") for t in TABLES for e in (1, 10)]
+CELLS = [(m, t, e) for m in ("dpmerf", "pategan", "gpate", "dpgan") for t in TABLES for e in (1, 10)]
 
 
 def composed(*overrides: str):
@@ -34,6 +35,13 @@ def test_cell_composes_and_builds_its_method(method, table, eps):
         # the paper's table nets: teachers one hidden layer of d, student d, d/2, d
         assert model.ensemble.shapes["fc.weight"] == (width, width + 2)
         assert [m.out_features for m in model.student.linears] == [width, width // 2, width, 1]
+    if method == "dpgan":  # a category drawn per one-hot block of the table's categorical columns
+        assert model.net_g.one_hot == tuple(len(v) for v in cfg.data.categorical.values())
+    if method == "gpate":  # the paper's Kaggle Credit cell unchanged but for the data and the step cap
+        paper = composed("experiment=unmeasured/gpate/kaggle_credit_eps1")
+        assert cfg.method.module.aggregator == paper.method.module.aggregator and cfg.method.max_steps == 1000
+        assert composed(f"experiment=gpate/{table}_eps{eps}").method.n_teachers == paper.method.n_teachers == 2100
+        assert cfg.method.batch_size == paper.method.batch_size and cfg.method.module.class_ratio_epsilon == 0.01
 
 
 @pytest.mark.parametrize("table", TABLES)
