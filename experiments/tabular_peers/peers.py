@@ -108,7 +108,8 @@ def synthesize(codes: pd.DataFrame, cards: list[int], mechanism: str, epsilon: f
 
     # integer codes with their public number of values: nothing fitted from the data, no budget spent here
     transformer = TableTransformer([BinTransformer(bins=k, lower=0, upper=k) for k in cards])
-    synth = Synthesizer.create(mechanism, epsilon=epsilon, delta=delta)
+    # verbose: AIM prints each round's marginal and the share of the budget used so far (its progress)
+    synth = Synthesizer.create(mechanism, epsilon=epsilon, delta=delta, verbose=True)
     synth.fit(codes, transformer=transformer, preprocessor_eps=0.0)
     sample = synth.sample(n)
     frame = pd.DataFrame(sample, columns=codes.columns)
