@@ -6,6 +6,7 @@
 # repository root, after `python -m dpgen.data.rtables`:
 #   bash experiments/tabular_peers/run.sh [outputs/tabular_peers]
 # PEERS_VENV (default .cache/peers-venv), CELLS (default "mst:hi:1 aim:hi:1 ..."), PYTHON (dpgen's interpreter).
+# AIM_MAX_MODEL_SIZE (MB; unset: AIM's default 80): a smaller cap, recorded in peer.json, for a shorter run.
 set -euo pipefail
 out=${1:-outputs/tabular_peers}
 venv=${PEERS_VENV:-.cache/peers-venv}
@@ -22,7 +23,7 @@ for cell in $cells; do
   name=${mechanism}_${table}_eps${eps}
   if [ ! -f "$out/$name/synthetic.csv" ]; then
     OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} "$venv/bin/python" experiments/tabular_peers/peers.py --table "$table" \
-      --mechanism "$mechanism" --epsilon "$eps" --out "$out/$name"
+      --mechanism "$mechanism" --epsilon "$eps" --out "$out/$name" ${AIM_MAX_MODEL_SIZE:+--max-model-size "$AIM_MAX_MODEL_SIZE"}
   fi
   OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} "$python" evaluate.py synthetic="$out/$name/synthetic.csv" data="$table" \
     '~eval.callbacks.image_quality' eval.callbacks.downstream.tabular_models="$models" \
