@@ -1,9 +1,11 @@
-"""What every run records about where and how it ran (dpgen.cli.common)."""
+"""What every run records about where and how it ran, and the configuration readers every command shares
+(dpgen.cli.common)."""
 import sys
 
 import torch
+from omegaconf import OmegaConf
 
-from dpgen.cli.common import command_line, describe_cpu, machine
+from dpgen.cli.common import command_line, describe_cpu, machine, private_val_share
 
 ZEN3 = """processor\t: 0
 vendor_id\t: AuthenticAMD
@@ -44,3 +46,11 @@ def test_describe_cpu_names_the_model_and_its_matrix_instruction_sets():
 def test_command_line_without_hydra_quotes_the_arguments(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["train.py", "method=gan", "data.ranges={age:[0, 100]}"])
     assert command_line("train.py") == "python train.py method=gan 'data.ranges={age:[0, 100]}'"
+
+
+def test_the_private_validation_split_is_held_only_where_an_evaluation_selects_on_it():
+    default = {"selection": "private_val", "private_val": {"fraction": 0.0167}}
+    assert private_val_share(OmegaConf.create({"eval": default})) == 0.0167
+    assert private_val_share(OmegaConf.create({"eval": {**default, "selection": "synthetic"}})) == 0.0
+    # eval=none beside an experiment's selection=private_val (an audit run): nothing evaluated, no split held
+    assert private_val_share(OmegaConf.create({"eval": {"selection": "private_val", "callbacks": {}}})) == 0.0

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
 from dpgen.audit.canaries import (AuditError, Canaries, EmbeddingCanaries, GradientCanaries, GuideCanaries,
                                   VoteCanaries)
@@ -44,9 +44,6 @@ def audit(cfg: DictConfig, canaries: Canaries | None = None) -> dict:
             canaries = EmbeddingCanaries(cfg.audit.canaries, seed=cfg.audit.seed)
         else:
             canaries = GradientCanaries(cfg.audit.canaries, seed=cfg.audit.seed)
-    if cfg.eval.get("selection") == "private_val" and not cfg.eval.get("private_val"):
-        with open_dict(cfg):  # an experiment's DP selection, but an audit run evaluates nothing: no split to hold
-            cfg.eval.selection = "synthetic"
     results = run(cfg, extra_callbacks=(canaries,))
     privacy = results["privacy"]
     bound = audit_scores(canaries.scores.numpy(), canaries.included.numpy(), delta=cfg.privacy.delta,

@@ -30,9 +30,12 @@ OmegaConf.register_new_resolver("partitions", lambda teachers, percent: round(te
 
 def private_val_share(cfg) -> float:
     """The share of the training records the datamodule holds out as the private validation split: that of
-    `eval.private_val.fraction` with eval.selection=private_val, else none."""
+    `eval.private_val.fraction` with eval.selection=private_val, else none. An evaluation without that section
+    (eval=none, as audits run, beside an experiment's selection) evaluates nothing and holds none."""
     evaluation = cfg.get("eval") or {}
-    return float(evaluation.private_val.fraction) if evaluation.get("selection") == "private_val" else 0.0
+    if evaluation.get("selection") != "private_val" or not evaluation.get("private_val"):
+        return 0.0
+    return float(evaluation.private_val.fraction)
 
 
 def data_hash(cfg) -> str:
