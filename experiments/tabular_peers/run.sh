@@ -23,7 +23,8 @@ for cell in $cells; do
   name=${mechanism}_${table}_eps${eps}
   if [ ! -f "$out/$name/synthetic.csv" ]; then
     OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} "$venv/bin/python" experiments/tabular_peers/peers.py --table "$table" \
-      --mechanism "$mechanism" --epsilon "$eps" --out "$out/$name" ${AIM_MAX_MODEL_SIZE:+--max-model-size "$AIM_MAX_MODEL_SIZE"}
+      --mechanism "$mechanism" --epsilon "$eps" --out "$out/$name" \
+      ${AIM_MAX_MODEL_SIZE:+--max-model-size "$AIM_MAX_MODEL_SIZE"}
   fi
   OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} "$python" evaluate.py synthetic="$out/$name/synthetic.csv" data="$table" \
     '~eval.callbacks.image_quality' eval.callbacks.downstream.tabular_models="$models" \

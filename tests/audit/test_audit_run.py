@@ -143,9 +143,10 @@ def test_dpmerf_more_canaries_than_released_sums_is_refused_and_the_release_put_
 
 
 # DP-MERF with a guide: 20 DP-SGD steps of the guide at q = 7 / 14 (the tiny images less their test split), release
-# and guide together at eps = 1
+# and guide together at eps = 1; eval.selection=private_val as the experiment files set it (an audit run evaluates
+# nothing and holds no split)
 GUIDED = ["privacy.conversion=improved", "+method.module.guide={epochs:10,batch_size:7}", "audit.dpmerf_stage=guide",
-          "+eval.selection=private_val"]  # as the experiment files set it: an audit run evaluates nothing, holds no split
+          "+eval.selection=private_val"]
 
 
 def test_guide_canaries_with_the_noise_stay_below_the_claim(tmp_path):

@@ -97,5 +97,6 @@ def test_the_goals_table_reads_each_cell_its_control_and_the_other_protocol(tmp_
     header, rule, row = goals_table(tmp_path / "goals.yaml").splitlines()
     cell, control = (load_run(tmp_path / name)["utility"]["private_val"] for name in ("cell", "control"))
     name = tmp_path.name
-    assert row == (f"| mnist, 10 | 98 | [{100 * cell:.1f}]({name}/cell), 23 min | [{100 * control:.1f}]({name}/control) "
-                   f"| {verdict(98, cell, control)} | the guide | [97.5]({name}/other.json) (a, b) |")
+    assert row == (f"| mnist, 10 | 98 | [{100 * cell:.1f}]({name}/cell), 23 min | "
+                   f"[{100 * control:.1f}]({name}/control) | {verdict(98, cell, control)} | the guide | "
+                   f"[97.5]({name}/other.json) (a, b) |")

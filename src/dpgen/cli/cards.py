@@ -193,8 +193,9 @@ def verdict(goal: float, cell: float | None, control: float | None) -> str:
 
 def goals_table(spec_path: Path) -> str:
     """goals.yaml's image goals: per data set and budget the goal (%, DP selection), the best private cell (with its
-    wall time) and its configuration's noise-free control (DP selection), the verdict (`verdict`), what the measurements found limits
-    the control (`limit`, words) and, where there is one, the same generator under DPImageBench's protocol (`beside`, experiments/dpimagebench_eval)."""
+    wall time) and its configuration's noise-free control (DP selection), the verdict (`verdict`), what the
+    measurements found limits the control (`limit`, words) and, where there is one, the same generator under
+    DPImageBench's protocol (`beside`, experiments/dpimagebench_eval)."""
     folder = spec_path.parent
     spec = OmegaConf.to_container(OmegaConf.load(spec_path))
     lines = ["| data, eps | goal (%) | best private cell: DP selection (%), wall time | its noise-free control (%) | "
@@ -204,7 +205,8 @@ def goals_table(spec_path: Path) -> str:
         run, control_run = (load_run(folder / row[k]) for k in ("run", "control"))
         cell, control = (r["utility"].get("private_val") for r in (run, control_run))
         beside = other_protocol(folder, row["beside"]) if row.get("beside") else ""
-        lines.append(f"| {row['data']}, {row['eps']} | {row['goal']:g} | [{percent(cell)}]({folder.name}/{row['run']}), "
-                     f"{minutes(run)} | [{percent(control)}]({folder.name}/{row['control']}) | "
+        lines.append(f"| {row['data']}, {row['eps']} | {row['goal']:g} | "
+                     f"[{percent(cell)}]({folder.name}/{row['run']}), {minutes(run)} | "
+                     f"[{percent(control)}]({folder.name}/{row['control']}) | "
                      f"{verdict(row['goal'], cell, control)} | {row.get('limit', '')} | {beside} |")
     return "\n".join(lines) + "\n"
