@@ -101,21 +101,103 @@ def decode(codes: pd.DataFrame, cfg: dict, edges: dict, rng: np.random.Generator
     return pd.DataFrame(out)
 
 
+def resumable_aim(checkpoint: Path, **options):
+    """smartnoise's AIM whose state is saved after every round, so that a run longer than the machine allows resumes
+    where it stopped. The rounds are smartnoise's own (its AIMSynthesizer.AIM, McKenna et al. 2022 Algorithm 1: one-way
+    marginals first, then per round an exponential-mechanism choice and a Gaussian measurement, the noise halved when
+    a measurement changes the model by less than its noise), built from its helpers.
+
+    Privacy of a resumed run: the saved state is the released measurements with the budget they used; a round cut off
+    before its save printed nothing and left nothing, so it is drawn again and only saved rounds count."""
+    import pickle
+
+    from mbi import LinearMeasurement, estimation, marginal_oracles
+    from snsynth.aim.aim import AIMSynthesizer, compile_workload, filter_candidates
+    from snsynth.utils import gaussian_noise
+
+    class ResumableAIM(AIMSynthesizer):
+        def AIM(self, data, workload):
+            def estimate(state):
+                measured = [LinearMeasurement(y, cl, sd) for y, cl, sd in state["measurements"]]
+                return estimation.mirror_descent(data.domain, measured, iters=1000,
+                                                 marginal_oracle=marginal_oracles.message_passing_stable)
+
+            def measure(cl, sigma):
+                x = np.asarray(data.project(cl).datavector())
+                return x + np.asarray(gaussian_noise(sigma, x.size)), tuple(cl), float(sigma)
+
+            def save(state):
+                state["seconds"] = before + time.time() - start
+                partial = checkpoint.with_suffix(".partial")
+                partial.write_bytes(pickle.dumps(state))
+                os.replace(partial, checkpoint)  # atomic: a crash leaves the previous round's state
+
+            start = time.time()
+            candidates = compile_workload(workload)
+            answers = {cl: data.project(cl).datavector() for cl in candidates}
+            if checkpoint.exists():
+                state = pickle.loads(checkpoint.read_bytes())
+                state["resumed"] += 1
+                print(f"resumed at round {state['round']}, budget used {state['rho_used'] / self.rho:.3f}")
+            else:
+                rounds = self.rounds or 16 * len(data.domain)
+                sigma = np.sqrt(rounds / (2 * 0.9 * self.rho))
+                oneway = [cl for cl in candidates if len(cl) == 1]
+                state = {"sigma": sigma, "epsilon": np.sqrt(8 * 0.1 * self.rho / rounds), "round": 0, "resumed": 0,
+                         "rho_used": len(oneway) * 0.5 / sigma ** 2, "terminate": False, "seconds": 0.0,
+                         "measurements": [measure(cl, sigma) for cl in oneway]}
+            before = state["seconds"]
+            save(state)
+            model = estimate(state)
+            while not state["terminate"]:
+                sigma, epsilon, rho_used = state["sigma"], state["epsilon"], state["rho_used"]
+                if self.rho - rho_used < 2 * (0.5 / sigma ** 2 + 1.0 / 8 * epsilon ** 2):
+                    remaining = self.rho - rho_used  # the last round spends what is left
+                    sigma, epsilon = np.sqrt(1 / (2 * 0.9 * remaining)), np.sqrt(8 * 0.1 * remaining)
+                    state["terminate"] = True
+                rho_used += 1.0 / 8 * epsilon ** 2 + 0.5 / sigma ** 2
+                size_limit = self.max_model_size * rho_used / self.rho
+                cl = self._worst_approximated(filter_candidates(candidates, model, size_limit), answers, model,
+                                              epsilon, sigma)
+                z = model.project(cl).datavector()
+                state["measurements"].append(measure(cl, sigma))
+                model = estimate(state)
+                w = model.project(cl).datavector()
+                n = data.domain.size(cl)
+                if np.linalg.norm(w - z, 1) <= sigma * np.sqrt(2 / np.pi) * n:
+                    sigma, epsilon = sigma / 2, epsilon * 2
+                state.update(sigma=sigma, epsilon=epsilon, rho_used=rho_used, round=state["round"] + 1)
+                save(state)
+                print(f"round {state['round']}: {cl} size {n}, budget used {rho_used / self.rho:.3f}, sigma {sigma:.4g}",
+                      flush=True)
+            self.synthesizer = estimate(state)
+            self.state = state
+
+    return ResumableAIM(**options)
+
+
 def synthesize(codes: pd.DataFrame, cards: list[int], mechanism: str, epsilon: float, delta: float,
-               n: int, max_model_size: float | None = None) -> pd.DataFrame:
+               n: int, out: Path, max_model_size: float | None = None) -> tuple[pd.DataFrame, dict]:
     from snsynth import Synthesizer
     from snsynth.transform import BinTransformer, TableTransformer
 
     # integer codes with their public number of values: nothing fitted from the data, no budget spent here
     transformer = TableTransformer([BinTransformer(bins=k, lower=0, upper=k) for k in cards])
-    # verbose: AIM prints each round's marginal and the share of the budget used so far (its progress)
-    options = {} if max_model_size is None else {"max_model_size": max_model_size}  # AIM only; its default: 80 MB
-    synth = Synthesizer.create(mechanism, epsilon=epsilon, delta=delta, verbose=True, **options)
+    if mechanism == "aim":
+        options = {} if max_model_size is None else {"max_model_size": max_model_size}  # its default: 80 MB
+        synth = resumable_aim(out / "aim_state.pkl", epsilon=epsilon, delta=delta, **options)
+    else:
+        synth = Synthesizer.create(mechanism, epsilon=epsilon, delta=delta, verbose=True)
+    start = time.time()
     synth.fit(codes, transformer=transformer, preprocessor_eps=0.0)
     sample = synth.sample(n)
     frame = pd.DataFrame(sample, columns=codes.columns)
+    state = getattr(synth, "state", None)  # AIM's rounds, budget and time across resumptions
+    run = {"seconds": round(time.time() - start, 1)} if state is None else {
+        "seconds": round(state["seconds"], 1), "rounds": state["round"], "resumed": state["resumed"],
+        "budget_used": round(state["rho_used"] / synth.rho, 6)}
     # the fixed-bounds transformer returns bin midpoints k + 0.5
-    return frame.apply(lambda col: np.floor(col.astype(float)).astype(int).clip(0, None))
+    return frame.apply(lambda col: np.floor(col.astype(float)).astype(int).clip(0, None)), run
 
 
 def cpu_model() -> str:
@@ -144,17 +226,16 @@ def main() -> None:
     train = pd.read_csv(args.root.expanduser() / cfg["path"])
     codes, cards = encode(train, cfg, edges)
     n = args.n or len(train)
-    start = time.time()
-    synthetic = synthesize(codes, cards, args.mechanism, args.epsilon, args.delta, n, args.max_model_size)
-    seconds = time.time() - start
     args.out.mkdir(parents=True, exist_ok=True)
+    synthetic, run = synthesize(codes, cards, args.mechanism, args.epsilon, args.delta, n, args.out,
+                                args.max_model_size)
     decode(synthetic, cfg, edges, np.random.default_rng(args.seed)).to_csv(args.out / "synthetic.csv", index=False,
                                                                            float_format="%.6g")
     from importlib.metadata import version
     info = {"mechanism": args.mechanism, "table": args.table, "epsilon": args.epsilon, "delta": args.delta,
             "rows": n, "train_rows": len(train), "max_model_size": args.max_model_size,
             "columns": dict(zip(codes.columns, cards)),
-            "seconds": round(seconds, 1), "smartnoise_synth": version("smartnoise-synth"),
+            **run, "smartnoise_synth": version("smartnoise-synth"),
             "cpu": cpu_model(), "threads": os.environ.get("OMP_NUM_THREADS")}
     (args.out / "peer.json").write_text(json.dumps(info, indent=2) + "\n")
     print(json.dumps(info))

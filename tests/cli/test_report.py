@@ -198,6 +198,8 @@ def test_the_comparison_table_takes_each_cell_from_the_run_its_spec_names(tmp_pa
              "private_val": {"accuracy": 0.3, "epoch": 2}, "test": {"accuracy": 0.625, "epoch": 1}}
     gpate = fake_run(results, "gpate", "mnist", 1.0, {**private(1.0, 0.25, 0.99), "downstream": three})
     (gpate / "privacy.json").write_text(json.dumps(DATA_DEPENDENT))
+    authors = {"settings": {"max_epochs": 600, "n_samples": 100000}, "downstream": {"max_test_accuracy": 0.6253}}
+    (gpate / "eval_reference.json").write_text(json.dumps(authors))
     fake_run(results, "gan", "mnist", "inf", {"privacy": {"private": False}, "downstream": {"accuracy": 0.92}})
     fake_run(results, "gpate", "mnist", 10.0, private(10.0, 0.11, 9.9))  # a run no cell names
     drawn = []
@@ -216,12 +218,16 @@ def test_the_comparison_table_takes_each_cell_from_the_run_its_spec_names(tmp_pa
     block = (docs / "RESULTS.md").read_text().split("<!-- comparison -->\n")[1].split("<!-- /comparison -->")[0]
     assert block.splitlines() == [
         "| method | mnist, eps = 1 | mnist, eps = 10 |", "|---|---:|---:|",
-        "| G-PATE | [25.0 / 30.0 / 62.5](results/gpate_mnist_1.0) (data-dependent eps; DP eps 1.58) (paper 58.80) "
-        "| not run (paper 80.92) |",
-        "| GAN | [92.0 / - / -](results/gan_mnist_inf) (paper 96.53) "
-        "| [92.0 / - / -](results/gan_mnist_inf) (paper 96.53) |",
+        "| G-PATE | [25.0 / 30.0 / 62.5](results/gpate_mnist_1.0) (data-dependent eps; DP eps 1.58) "
+        "(authors' eval 62.5, paper 58.80) | not run (authors' eval not run, paper 80.92) |",
+        "| GAN | [92.0 / - / -](results/gan_mnist_inf) (authors' eval not run, paper 96.53) "
+        "| [92.0 / - / -](results/gan_mnist_inf) (authors' eval not run, paper 96.53) |",
         "| Y | no step fits (plan) | not run (Y paper 60.73) |"]
     assert drawn == [((1.0,), (0.25,))]  # the plot draws the cells' runs only
+    authors["settings"]["max_epochs"] = 20  # a shortened evaluation is no number of the authors'
+    (gpate / "eval_reference.json").write_text(json.dumps(authors))
+    with pytest.raises(ValueError, match="not the authors' evaluation"):
+        main([str(results), "--out", str(docs)])
     (results / "comparison.yaml").write_text("columns: {mnist: [1]}\nmethods:\n  - {name: X, cells: {mnist_1: {run: gone}}}\n")
     with pytest.raises(FileNotFoundError, match="gone .cell X, mnist_1. is no kept run"):
         main([str(results), "--out", str(docs)])

@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 from dpgen.cli.cards import (CARDS_BEGIN, CARDS_END, GOALS_BEGIN, GOALS_END, TABLES_BEGIN, TABLES_END, WHICH_BEGIN,
-                             WHICH_END, cards, goals_table, tables_table, verdict, which_method)
+                             WHICH_END, cards, goals_table, rerun_names, tables_table, verdict, which_method)
 from dpgen.cli.report import (BEGIN, CARDS, COMPARISON, COMPARISON_BEGIN, COMPARISON_END, END, GOALS, TABLES,
                               comparison_table, find_runs, load_run, markdown_table)
 
@@ -71,6 +71,8 @@ def test_the_tables_matrix_puts_each_score_in_its_row_table_and_budget(tmp_path)
         "cells:\n  - {row: M, experiment: m/u_eps10_guide, run: kept}\n"
         "  - {row: M, experiment: m/t_eps1, run: null, note: why not}\n")
     text = tables_table(tmp_path / "tables.yaml")
+    assert text.split("\n\n")[1] == ("Each cell reruns by `python train.py experiment=<name>` (<table>: t, u; <e>: 1, "
+                                     "10): M: `m/u_eps10_guide`, `m/t_eps1`.\n")
     header, rule, real, mst, m = text.split("\n\n")[0].splitlines()
     assert header == "| | T no privacy | T eps 1 | T eps 10 | U no privacy | U eps 1 | U eps 10 |"
     assert real == f"| real | [0.900 / 0.800]({tmp_path.name}/rows/real_t.json) |  |  |  |  |  |"
@@ -78,6 +80,13 @@ def test_the_tables_matrix_puts_each_score_in_its_row_table_and_budget(tmp_path)
     kept = load_run(ROOT / "docs/results/dpmerf_hi_eps1")["utility"]
     score = f"[{kept['auroc']:.3f} / {kept['auprc']:.3f}]({tmp_path.name}/kept), 391 s"
     assert m == f"| M |  | why not |  | {score} |  | {score} |"
+
+
+def test_a_rows_experiments_read_as_one_name_where_they_follow_one():
+    every = ["d/hi_eps1_guide", "d/dc_eps10_guide", "d/hi_eps10_guide", "d/dc_eps1_guide"]
+    assert rerun_names(every, ["hi", "dc"]) == ["d/<table>_eps<e>_guide"]
+    assert rerun_names(every[:3], ["hi", "dc"]) == every[:3]  # a missing cell: each name
+    assert rerun_names(["p/hi_eps1", "p/hi_eps10_x"], ["hi"]) == ["p/hi_eps1", "p/hi_eps10_x"]
 
 
 def test_a_goal_is_met_or_short_and_the_control_says_whether_the_noise_or_the_configuration_stops_it():

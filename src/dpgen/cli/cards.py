@@ -166,9 +166,26 @@ def tables_table(spec_path: Path) -> str:
     spec = OmegaConf.to_container(OmegaConf.load(spec_path))
     experiments: dict[str, list[str]] = {}
     for cell in spec["cells"]:
-        experiments.setdefault(cell["row"], []).append(f"`{cell['experiment']}`")
-    reruns = "; ".join(f"{row}: {', '.join(names)}" for row, names in experiments.items())
-    return tables_matrix(spec, folder) + f"\nEach cell reruns by `python train.py experiment=<name>`: {reruns}.\n"
+        experiments.setdefault(cell["row"], []).append(cell["experiment"])
+    reruns = "; ".join(f"{row}: {', '.join(f'`{name}`' for name in rerun_names(names, spec['tables']))}"
+                       for row, names in experiments.items())
+    return tables_matrix(spec, folder) + (f"\nEach cell reruns by `python train.py experiment=<name>` (<table>: "
+                                          f"{', '.join(spec['tables'])}; <e>: 1, 10): {reruns}.\n")
+
+
+def rerun_names(experiments: list[str], tables) -> list[str]:
+    """A row's experiments as the one name `<method>/<table>_eps<e>[_<variant>]` where they are that name for every
+    table and eps = 1 and 10, else each."""
+    patterns = set()
+    for name in experiments:
+        match = CELL.match(name)
+        patterns.add(name[:match.start("table")] + "<table>_eps<e>" + name[match.end("eps"):])
+    if len(patterns) == 1:
+        [pattern] = patterns
+        every = {pattern.replace("<table>", t).replace("<e>", e) for t in tables for e in ("1", "10")}
+        if every == set(experiments):
+            return [pattern]
+    return experiments
 
 
 GOALS_BEGIN, GOALS_END = "<!-- goals -->", "<!-- /goals -->"

@@ -232,6 +232,7 @@ CARDS = "cards.yaml"  # beside it: the method cards of RESULTS.md (cli/cards.py)
 TABLES = "tables.yaml"  # beside it: the tabular cells of RESULTS.md (cli/cards.py tables_table)
 GOALS = "goals.yaml"  # beside it: the image cells against their goals (cli/cards.py goals_table)
 RUNS = "RUNS.md"  # beside RESULTS.md: the page of the full run table, where there is one
+REFERENCE_EVAL = "eval_reference.json"  # in a run folder: its generator under the G-PATE authors' evaluation
 COMPARISON_BEGIN, COMPARISON_END = "<!-- comparison -->", "<!-- /comparison -->"
 
 
@@ -270,12 +271,26 @@ def cell_guarantee(row: dict, column_epsilon: float, private_cell: bool, where: 
     return ""
 
 
+def authors_eval(run: Path | None) -> str:
+    """A comparison cell's number from the G-PATE authors' evaluation (`python -m dpgen.reference_eval`: the best
+    real-test epoch of 600, <run>/eval_reference.json), or "not run"; ValueError for a file of a shortened one."""
+    path = None if run is None else run / REFERENCE_EVAL
+    if path is None or not path.is_file():
+        return "not run"
+    result = json.loads(path.read_text())
+    settings = result.get("settings") or {}
+    if (settings.get("max_epochs"), settings.get("n_samples")) != (600, 100000):
+        raise ValueError(f"{path}: not the authors' evaluation (600 epochs of 100,000 samples): {settings}")
+    return percent(result["downstream"]["max_test_accuracy"])
+
+
 def comparison_table(spec_path: Path) -> str:
     """The papers' table shape: one row per method, one column per (data, epsilon) of `spec_path`'s `columns`;
     each cell the accuracies of the kept run its `cells` entry names (`run`, a folder beside `spec_path`; beside it
     `experiment`, the conf/experiment file that reruns it), epoch chosen on the synthetic hold-out / the private
     validation split / the real test set, then what the paper reports
-    (`paper`; a method whose numbers come from another paper than the one most rows cite names it in `paper_name`).
+    (`paper`; a method whose numbers come from another paper than the one most rows cite names it in `paper_name`)
+    and, beside a number of the G-PATE paper, the run's under that paper's own evaluation (authors_eval).
     A run the spec names must exist; a cell it leaves out reads "not run", or its `notes` entry (why no run stands
     there, e.g. what the planner says the budget buys)."""
     spec = OmegaConf.to_container(OmegaConf.load(spec_path))
@@ -301,7 +316,12 @@ def comparison_table(spec_path: Path) -> str:
                 cell = (f"[{percent(u.get('synthetic'))} / {percent(u.get('private_val'))} / "
                         f"{percent(u.get('test'))}]({spec_path.parent.name}/{run_name})"  # from the folder above
                         + cell_guarantee(row, eps, key in cells, f"{spec_path}: {run_name} (cell {method['name']}, {key})"))
-            out.append(cell + ("" if reported is None else f" ({paper_name} {100 * reported:.2f})"))
+            if reported is not None and paper_name == "paper":  # the G-PATE paper's: scored by its authors' evaluation
+                cell += f" (authors' eval {authors_eval(spec_path.parent / run_name if run_name else None)}, "
+                cell += f"paper {100 * reported:.2f})"
+            elif reported is not None:
+                cell += f" ({paper_name} {100 * reported:.2f})"
+            out.append(cell)
         lines.append(f"| {method['name']} | " + " | ".join(out) + " |")
     return "\n".join(lines) + "\n"
 

@@ -169,8 +169,9 @@ class Resumable:
     the private validation counts so far and a digest of the private records too: a private file that stays with
     the data holder (as a checkpoint does), removed when the training ends; error messages never show the digest."""
 
-    def __init__(self, path: str | os.PathLike, settings: str, tensors: tuple, device: torch.device):
-        self.path, self.device = Path(path), device
+    def __init__(self, path: str | os.PathLike, settings: str, tensors: tuple, device: torch.device,
+                 generators: tuple[torch.Generator, ...] = ()):
+        self.path, self.device, self.generators = Path(path), device, generators  # generators: saved states too
         digest = hashlib.sha256()
         for tensor in tensors:
             if tensor is not None:
@@ -198,6 +199,8 @@ class Resumable:
         torch.set_rng_state(saved["rng"])
         if self.device.type == "cuda":
             torch.cuda.set_rng_state(saved["cuda_rng"], self.device)
+        for generator, state in zip(self.generators, saved.get("generators", ()), strict=True):
+            generator.set_state(state)
         log.info("classifier training resumed after epoch %d from %s", len(saved["history"]), self.path)
         return saved["history"], saved["best"], saved["private_correct"]
 
@@ -207,5 +210,6 @@ class Resumable:
             "schedule": schedule.state_dict() if schedule is not None else None,
             "history": history, "best": best, "private_correct": private_correct, "rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None,
+            "generators": [generator.get_state() for generator in self.generators],
         }
         atomic_write(self.path, lambda f: torch.save(state, f))

@@ -1,0 +1,45 @@
+"""`python -m dpgen.reference_eval`: a released G-PATE generator sampled as its authors sample it, scored with their
+evaluation's settings, shortened only into a folder of its own."""
+import json
+
+import pytest
+
+from dpgen.cli.reference_eval import authors_settings, main
+from test_train_cli import TINY_GPATE, train
+
+
+def test_a_tiny_gpate_run_scored_by_the_authors_evaluation(tmp_path):
+    overrides = [o for o in TINY_GPATE if not o.startswith("~eval")] + ["eval=none"]
+    assert train(tmp_path, *overrides).returncode == 0
+    run, out = tmp_path / "run", tmp_path / "check"
+    with pytest.raises(SystemExit) as refused:  # a shortened evaluation never lands in the run as the authors'
+        main([str(run), "--epochs", "1"])
+    assert refused.value.code == 2 and not (run / "eval_reference.json").exists()
+    [result] = main([str(run), "--epochs", "2", "--n-samples", "30", "--out", str(out),
+                     "--state", str(tmp_path / "state.pt"), "--device", "cpu"])
+    written = json.loads((out / "run.json").read_text())
+    assert written == json.loads(json.dumps(result))
+    # the authors' MNIST script's learning rate and batch; G-PATE's samples with BatchNorm on batches of its
+    # training batch (method.batch_size=4 here)
+    assert written["settings"] == {"n_samples": 30, "max_epochs": 2, "batch_size": 512, "lr": 1e-3,
+                                   "cnn": "reference_script", "seed": 0}
+    assert "BatchNorm on batches of 4 samples" in written["synthetic"]
+    history = written["downstream"]["history"]
+    assert [r["epoch"] for r in history] == [1, 2] and not (tmp_path / "state.pt").exists()
+    best = max(r["test_accuracy"] for r in history)
+    assert written["downstream"]["max_test_accuracy"] == pytest.approx(best, abs=1e-4)
+    assert written["downstream"]["accuracy"] == pytest.approx(history[-1]["test_accuracy"], abs=1e-4)
+
+
+def test_the_authors_settings_per_data_set():
+    assert authors_settings("fashion_mnist")["lr"] == 2e-3 and authors_settings("mnist")["lr"] == 1e-3
+    assert {k: authors_settings("mnist")[k] for k in ("n_samples", "max_epochs", "batch_size")} == {
+        "n_samples": 100000, "max_epochs": 600, "batch_size": 512}
+    with pytest.raises(ValueError, match="mnist and fashion_mnist only"):
+        authors_settings("celeba_gender_s")
+
+
+def test_a_folder_without_a_generator_is_one_clear_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main([str(tmp_path)])
+    assert stop.value.code == 2 and "no config.yaml" in capsys.readouterr().out
