@@ -5,6 +5,9 @@ such epochs. In seconds and as achieved GFLOP/s beside this process's fp32 matmu
 
     python -m benchmarks reference_eval [--quick]    # --quick: a tenth of the epoch, times scaled up
 
+Then the same epoch of STACKED cells trained at once (evaluation/stacked.py, as `python -m dpgen.reference_eval`
+runs several cells), with each cell's test pass, per cell.
+
 Work: the FLOPs of one training batch (forward and backward) and of the test pass, counted by
 torch.utils.flop_counter (matrix products and convolutions; the optimizer step is left out).
 """
@@ -17,10 +20,12 @@ from torch.nn import functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.rates import GIGA, best_seconds, matmul_gflops
+from dpgen.evaluation.stacked import train_stacked
 from dpgen.evaluation.training import accuracy
 from dpgen.nn.classifier import reference_script_cnn
 
 SAMPLES, TEST, BATCH, EPOCHS, CLASSES = 100_000, 10_000, 512, 600, 10
+STACKED = 4  # the four G-PATE cells of the paper's table
 
 
 def train_batches(model, opt, x, y) -> None:
@@ -58,6 +63,17 @@ def main(quick: bool = False) -> None:
         print(f"| {name} | {seconds:.2f} | {flop / GIGA:.0f} | {achieved:.1f} | {achieved / peak:.2f} |")
     cell_h = EPOCHS * (train_s + test_s) / 3600
     print(f"\none table cell ({EPOCHS} epochs, each with its test pass): {cell_h:.1f} h on these threads")
+
+    def stacked_epoch():
+        models = [reference_script_cnn(1, CLASSES, 28) for _ in range(STACKED)]
+        train_stacked(models, [x] * STACKED, [y] * STACKED, [test_x] * STACKED, [test_y] * STACKED,
+                      lrs=[1e-3] * STACKED, seeds=list(range(STACKED)), max_epochs=1, batch_size=BATCH, device="cpu")
+
+    stacked_s = best_seconds(stacked_epoch, 1) * scale  # the test passes scaled too: a slight overestimate
+    per_cell = stacked_s / STACKED
+    print(f"{STACKED} cells stacked: {stacked_s:.2f} s an epoch with their test passes, {per_cell:.2f} s a cell "
+          f"({(train_s + test_s) / per_cell:.2f} times the rate of one cell alone); one cell's {EPOCHS} epochs "
+          f"{EPOCHS * per_cell / 3600:.1f} h")
     if quick:
         print(f"--quick: a tenth of the training epoch timed, its time multiplied by {scale}")
     print(flush=True)

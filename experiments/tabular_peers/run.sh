@@ -7,6 +7,8 @@
 #   bash experiments/tabular_peers/run.sh [outputs/tabular_peers]
 # PEERS_VENV (default .cache/peers-venv), CELLS (default "mst:hi:1 aim:hi:1 ..."), PYTHON (dpgen's interpreter).
 # AIM_MAX_MODEL_SIZE (MB; unset: AIM's default 80): a smaller cap, recorded in peer.json, for a shorter run.
+# AIM saves its state after every round (<out>/<cell>/aim_state.pkl, peers.py resumable_aim): a cell started again
+# after an interruption continues from its last round; peer.json records its rounds, resumptions and total time.
 set -euo pipefail
 out=${1:-outputs/tabular_peers}
 venv=${PEERS_VENV:-.cache/peers-venv}
