@@ -9,6 +9,7 @@
 # AIM_MAX_MODEL_SIZE (MB; unset: AIM's default 80): a smaller cap, recorded in peer.json, for a shorter run.
 # AIM saves its state after every round (<out>/<cell>/aim_state.pkl, peers.py resumable_aim): a cell started again
 # after an interruption continues from its last round; peer.json records its rounds, resumptions and total time.
+# check_aim_resume.py (in the peers' environment) checks a cut and resumed run against an uninterrupted one.
 set -euo pipefail
 out=${1:-outputs/tabular_peers}
 venv=${PEERS_VENV:-.cache/peers-venv}
