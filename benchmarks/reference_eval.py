@@ -5,8 +5,8 @@ such epochs. In seconds and as achieved GFLOP/s beside this process's fp32 matmu
 
     python -m benchmarks reference_eval [--quick]    # --quick: a tenth of the epoch, times scaled up
 
-Then the same epoch of STACKED cells trained at once (evaluation/stacked.py, as `python -m dpgen.reference_eval`
-runs several cells), with each cell's test pass, per cell.
+Then the same epoch of STACKED cells trained together (evaluation/stacked.py, as `python -m dpgen.reference_eval`
+runs several cells: on a CPU each model in turn), with each cell's test pass, per cell.
 
 Work: the FLOPs of one training batch (forward and backward) and of the test pass, counted by
 torch.utils.flop_counter (matrix products and convolutions; the optimizer step is left out).

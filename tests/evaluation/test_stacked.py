@@ -15,17 +15,18 @@ def small_net(seed: int) -> nn.Module:  # no dropout: its masks are the one thin
     return nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(4 * 13 * 13, 10))
 
 
-def test_each_stacked_model_is_trained_as_it_would_be_alone(mnist):
-    """Three models, each with its own data, learning rate and seed (its order): the stacked training gives each
-    the weights, losses and test accuracies of `train_classifier(optimizer="sgd")` on its own data, up to float
-    rounding (the accuracies exactly)."""
+@pytest.mark.parametrize("vectorize", [True, False])
+def test_each_stacked_model_is_trained_as_it_would_be_alone(mnist, vectorize):
+    """Three models, each with its own data, learning rate and seed (its order): the stacked training, vectorized
+    or model by model, gives each the weights, losses and test accuracies of `train_classifier(optimizer="sgd")` on
+    its own data, up to float rounding (the accuracies exactly)."""
     x, y = mnist["train"]
     test_x, test_y = mnist["test"]
     data = [(x[i * 200:(i + 1) * 200], y[i * 200:(i + 1) * 200]) for i in range(3)]  # a partial last batch: 200 % 64
     lrs, seeds = [0.1, 0.05, 0.2], [0, 1, 2]
     trained, histories = train_stacked([small_net(s) for s in seeds], [d[0] for d in data], [d[1] for d in data],
                                        [test_x[:300]] * 3, [test_y[:300]] * 3, lrs=lrs, seeds=seeds, max_epochs=3,
-                                       batch_size=64, device="cpu")
+                                       batch_size=64, device="cpu", vectorize=vectorize)
     for i, (xi, yi) in enumerate(data):
         alone = small_net(seeds[i])
         fit = train_classifier(alone, xi, yi, test_x=test_x[:300], test_y=test_y[:300], max_epochs=3, batch_size=64,
@@ -37,7 +38,8 @@ def test_each_stacked_model_is_trained_as_it_would_be_alone(mnist):
     assert histories[0][-1]["loss"] != histories[1][-1]["loss"]  # the models do differ
 
 
-def test_a_killed_stacked_training_continues_to_the_same_end(mnist, tmp_path, monkeypatch):
+@pytest.mark.parametrize("vectorize", [True, False])
+def test_a_killed_stacked_training_continues_to_the_same_end(mnist, tmp_path, monkeypatch, vectorize):
     """Killed after its first epoch and called again with the state file: the same weights and histories as an
     uninterrupted training (dropout masks and each model's order included); the file is removed at the end and one
     of other settings is refused."""
@@ -51,7 +53,7 @@ def test_a_killed_stacked_training_continues_to_the_same_end(mnist, tmp_path, mo
             models.append(reference_script_cnn(1, 10, 28))
         return train_stacked(models, [x[:128], x[128:256]], [y[:128], y[128:256]], [test_x[:100]] * 2,
                              [test_y[:100]] * 2, lrs=list(lrs), seeds=[0, 1], max_epochs=3, batch_size=64,
-                             device="cpu", state_file=state)
+                             device="cpu", state_file=state, vectorize=vectorize)
 
     whole, whole_histories = fit()
     state = tmp_path / "stacked-state.pt"

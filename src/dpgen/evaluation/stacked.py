@@ -3,7 +3,8 @@ the G-PATE authors' evaluation (`eval=reference`: plain SGD, no synthetic hold-o
 after every epoch) of many cells in one pass. Model k sees only its own data, in the order its own seed gives, with
 its own learning rate: it is trained as `train_classifier(optimizer="sgd")` would train it alone (for a model
 without dropout, the same weights up to float rounding; dropout masks come from one shared stream instead).
-A GPU runs the K models in about the time of one; a CPU runs K times the work in larger kernels."""
+On a GPU the K models run as one vectorized model (vmap), in about the time of one; on a CPU, where vmap's batched
+convolutions ran at half the rate of one model's own (docs/LOG.md), each model runs its own kernels in turn."""
 
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ class Stacked(nn.Module):
     """The K models' parameters, each stacked along a first dimension of size K (a module, so that `Resumable`
     saves and restores it like one model)."""
 
-    def __init__(self, models: list[nn.Module]):
+    def __init__(self, models: list[nn.Module], vectorize: bool = True):
         super().__init__()
+        self.vectorize = vectorize
         shapes = {tuple((name, tuple(p.shape)) for name, p in model.named_parameters()) for model in models}
         if len(shapes) != 1:
             raise ValueError("stacked classifiers must share one architecture")
@@ -44,6 +46,8 @@ class Stacked(nn.Module):
         def one(params, xk):
             return functional_call(self.base[0], dict(zip(self.names, params)), (xk,))
         self.base[0].train(self.training)
+        if not self.vectorize:
+            return torch.stack([one([p[k] for p in self.params], x[k]) for k in range(len(x))])
         randomness = "different" if self.training else "error"
         return vmap(one, randomness=randomness)(tuple(self.params), x)
 
@@ -73,10 +77,12 @@ def train_stacked(
     device=None,
     progress: bool = False,
     state_file: str | os.PathLike | None = None,
+    vectorize: bool | None = None,
 ) -> tuple[list[nn.Module], list[list[dict]]]:
     """Train model k on (xs[k], ys[k]) with plain SGD at lrs[k] and batch `batch_size` for `max_epochs` epochs,
     recording its accuracy on (test_xs[k], test_ys[k]) after every epoch; every training set has the same size.
     `state_file`: saved after every epoch, continued from by a call with the same data and settings (Resumable).
+    `vectorize`: the models as one vmapped model (default: on a GPU) or each in turn (default on a CPU).
     Returns the trained models (in eval mode) and each model's history: one record per epoch with its loss, its
     test accuracy and the epoch's wall seconds (of all K models together)."""
     k = len(models)
@@ -88,7 +94,8 @@ def train_stacked(
     if len({len(x) for x in test_xs}) != 1:
         raise ValueError("every test set must hold the same number of records")
     device = resolve_device(device)
-    stacked = Stacked(models).to(device)
+    vectorize = device.type == "cuda" if vectorize is None else vectorize
+    stacked = Stacked(models, vectorize).to(device)
     x, y = torch.stack(xs).to(device), torch.stack(ys).long().to(device)
     test_x, test_y = torch.stack(test_xs).to(device), torch.stack(test_ys).long().to(device)
     rows = torch.arange(k, device=device)[:, None]
@@ -98,7 +105,7 @@ def train_stacked(
     orders = [torch.Generator().manual_seed(seed) for seed in seeds]  # train_classifier's order for each seed
     history: list[dict] = []
     settings = (f"Stacked {type(models[0]).__name__} x{k} sgd lrs={lrs} batch={batch_size} epochs={max_epochs} "
-                f"seeds={seeds}")
+                f"seeds={seeds} vectorize={vectorize}")  # the two draw their dropout masks in other orders
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seeds[0])  # the dropout masks' stream
         resumable = None
