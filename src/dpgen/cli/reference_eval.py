@@ -3,10 +3,12 @@ SGD at their data set's learning rate, 600 epochs on 100,000 samples, the best r
 generators: each run folder's generator.pt (a train.py run, or a kept run of docs/results) is sampled as its
 method's authors sample it (G-PATE: BatchNorm on batches of its training batch, `method.reference_sample_batch_norm`),
 and the classifiers of all runs train together (evaluation/stacked.py: one vectorized model on a GPU). Writes <run>/eval_reference.json for each;
-a killed evaluation continues from its state file (`--state`) when called again with the same runs."""
+a killed evaluation continues from its state file (`--state`; by default one per set of runs) when called again
+with the same runs."""
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -124,12 +126,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run folders with a generator.pt")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
-    parser.add_argument("--state", type=Path, default=Path("outputs/reference_eval/state.pt"),
-                        help="the resumable state of the classifiers' training (removed when it ends)")
+    parser.add_argument("--state", type=Path, default=None,
+                        help="the resumable state of the classifiers' training (removed when it ends; default: "
+                             "outputs/reference_eval/<a digest of the runs' paths>.pt)")
     parser.add_argument("--epochs", type=int, default=None, help="fewer epochs than the authors' (a check; --out)")
     parser.add_argument("--n-samples", type=int, default=None, help="fewer samples than the authors' (a check; --out)")
     parser.add_argument("--out", type=Path, default=None, help="where a shortened evaluation writes its files")
     args = parser.parse_args(argv)
+    if args.state is None:  # one file per set of runs: another set's evaluation never meets this one's state
+        runs = "\n".join(sorted(str(run.resolve()) for run in args.runs))
+        args.state = Path("outputs/reference_eval") / f"{hashlib.sha256(runs.encode()).hexdigest()[:16]}.pt"
     try:
         return evaluate_runs(args.runs, args.device, args.state, args.epochs, args.n_samples, args.out)
     except (FileNotFoundError, ValueError) as err:
