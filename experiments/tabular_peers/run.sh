@@ -7,6 +7,8 @@
 #   bash experiments/tabular_peers/run.sh [outputs/tabular_peers]
 # PEERS_VENV (default .cache/peers-venv), CELLS (default "mst:hi:1 aim:hi:1 ..."), PYTHON (dpgen's interpreter).
 # AIM_MAX_MODEL_SIZE (MB; unset: AIM's default 80): a smaller cap, recorded in peer.json, for a shorter run.
+# AIM_ITERS (unset: smartnoise's 1,000 a round, from scratch): fewer mirror-descent iterations a round, each round
+# warm-started from the last model as private-pgm's AIM does; recorded in peer.json (give it its own output folder).
 # AIM saves its state after every round (<out>/<cell>/aim_state.pkl, peers.py resumable_aim): a cell started again
 # after an interruption continues from its last round; peer.json records its rounds, resumptions and total time.
 # check_aim_resume.py (in the peers' environment) checks a cut and resumed run against an uninterrupted one.
@@ -27,7 +29,7 @@ for cell in $cells; do
   if [ ! -f "$out/$name/synthetic.csv" ]; then
     OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} "$venv/bin/python" experiments/tabular_peers/peers.py --table "$table" \
       --mechanism "$mechanism" --epsilon "$eps" --out "$out/$name" \
-      ${AIM_MAX_MODEL_SIZE:+--max-model-size "$AIM_MAX_MODEL_SIZE"}
+      ${AIM_MAX_MODEL_SIZE:+--max-model-size "$AIM_MAX_MODEL_SIZE"} ${AIM_ITERS:+--aim-iters "$AIM_ITERS" --aim-warm-start}
   fi
   OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} "$python" evaluate.py synthetic="$out/$name/synthetic.csv" data="$table" \
     '~eval.callbacks.image_quality' eval.callbacks.downstream.tabular_models="$models" \

@@ -2,9 +2,9 @@
 SGD at their data set's learning rate, 600 epochs on 100,000 samples, the best real-test epoch) of released
 generators: each run folder's generator.pt (a train.py run, or a kept run of docs/results) is sampled as its
 method's authors sample it (G-PATE: BatchNorm on batches of its training batch, `method.reference_sample_batch_norm`),
-and the classifiers of all runs train together (evaluation/stacked.py: one vectorized model on a GPU). Writes <run>/eval_reference.json for each;
-a killed evaluation continues from its state file (`--state`; by default one per set of runs) when called again
-with the same runs."""
+and the classifiers of all runs train together (evaluation/stacked.py: one vectorized model on a GPU). Writes
+<run>/eval_reference.json for each; a killed evaluation continues from its state file (`--state`; by default one per
+set of runs) when called again with the same runs."""
 from __future__ import annotations
 
 import argparse
