@@ -39,7 +39,7 @@ from omegaconf import OmegaConf  # noqa: E402
 import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from dpgen.cli.common import console, fail  # noqa: E402
+from dpgen.cli.common import CONF_DIR, console, fail  # noqa: E402
 from dpgen.cli.generate import load_release  # noqa: E402
 from dpgen.files import atomic_write  # noqa: E402
 from dpgen.privacy.selection import NOT_DP, dp_epsilon  # noqa: E402
@@ -279,8 +279,10 @@ def authors_eval(run: Path | None) -> str:
         return "not run"
     result = json.loads(path.read_text())
     settings = result.get("settings") or {}
-    if (settings.get("max_epochs"), settings.get("n_samples")) != (600, 100000):
-        raise ValueError(f"{path}: not the authors' evaluation (600 epochs of 100,000 samples): {settings}")
+    authors = OmegaConf.load(CONF_DIR / "eval" / "reference.yaml").callbacks.downstream
+    if (settings.get("max_epochs"), settings.get("n_samples")) != (authors.max_epochs, authors.n_samples):
+        raise ValueError(f"{path}: not the authors' evaluation ({authors.max_epochs} epochs of {authors.n_samples} "
+                         f"samples): {settings}")
     return percent(result["downstream"]["max_test_accuracy"])
 
 
