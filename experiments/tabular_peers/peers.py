@@ -102,7 +102,7 @@ def decode(codes: pd.DataFrame, cfg: dict, edges: dict, rng: np.random.Generator
 
 
 def resumable_aim(checkpoint: Path, iters: int = 1000, warm_start: bool = False, **options):
-    """smartnoise's AIM whose state is saved after every round, so that a run longer than the machine allows resumes
+    """smartnoise's AIM whose state is saved in every round, so that a run longer than the machine allows resumes
     where it stopped. The rounds are smartnoise's own (its AIMSynthesizer.AIM, McKenna et al. 2022 Algorithm 1: one-way
     marginals first, then per round an exponential-mechanism choice and a Gaussian measurement, the noise halved when
     a measurement changes the model by less than its noise), built from its helpers. smartnoise re-estimates the
@@ -111,8 +111,11 @@ def resumable_aim(checkpoint: Path, iters: int = 1000, warm_start: bool = False,
     and the final estimate keep 1,000): a stated deviation that shortens a long run. Estimation is post-processing
     of the measurements: neither option changes the privacy cost.
 
-    Privacy of a resumed run: the saved state is the released measurements with the budget they used; a round cut off
-    before its save printed nothing and left nothing, so it is drawn again and only saved rounds count."""
+    Privacy of a resumed run: a round's choice and measurement are saved, with the budget they use, right after they
+    are drawn and before anything else (the model's estimate, the noise-halving test: post-processing, redone from
+    the saved state after a cut). A cut in the short window between the draw and its save loses a draw that nothing
+    saw, so only saved rounds count. A state written for other data or settings is refused."""
+    import hashlib
     import pickle
 
     from mbi import LinearMeasurement, estimation, marginal_oracles
@@ -135,46 +138,59 @@ def resumable_aim(checkpoint: Path, iters: int = 1000, warm_start: bool = False,
                 state["seconds"] = before + time.time() - start
                 partial = checkpoint.with_suffix(".partial")
                 partial.write_bytes(pickle.dumps(state))
-                os.replace(partial, checkpoint)  # atomic: a crash leaves the previous round's state
+                os.replace(partial, checkpoint)  # atomic: a crash leaves the previous state
 
             start = time.time()
+            digest = hashlib.sha256(pd.util.hash_pandas_object(data.df, index=False).to_numpy().tobytes())
+            key = (f"rho={self.rho!r} max_model_size={self.max_model_size} rounds={self.rounds} iters={iters} "
+                   f"warm_start={warm_start} domain={data.domain} data={digest.hexdigest()}")
             candidates = compile_workload(workload)
             answers = {cl: data.project(cl).datavector() for cl in candidates}
             if checkpoint.exists():
                 state = pickle.loads(checkpoint.read_bytes())
+                if state.get("key") != key:  # names no digest: the data are private
+                    raise SystemExit(f"error: {checkpoint} holds an AIM run of other data or settings; remove it "
+                                     "to start over")
                 state["resumed"] += 1
-                print(f"resumed at round {state['round']}, budget used {state['rho_used'] / self.rho:.3f}")
+                print(f"resumed after round {state['round']}, budget used {state['rho_used'] / self.rho:.3f}")
             else:
                 rounds = self.rounds or 16 * len(data.domain)
                 sigma = np.sqrt(rounds / (2 * 0.9 * self.rho))
                 oneway = [cl for cl in candidates if len(cl) == 1]
-                state = {"sigma": sigma, "epsilon": np.sqrt(8 * 0.1 * self.rho / rounds), "round": 0, "resumed": 0,
-                         "rho_used": len(oneway) * 0.5 / sigma ** 2, "terminate": False, "seconds": 0.0,
-                         "measurements": [measure(cl, sigma) for cl in oneway]}
+                state = {"key": key, "sigma": sigma, "epsilon": np.sqrt(8 * 0.1 * self.rho / rounds), "round": 0,
+                         "resumed": 0, "rho_used": len(oneway) * 0.5 / sigma ** 2, "terminate": False,
+                         "seconds": 0.0, "pending": None, "measurements": [measure(cl, sigma) for cl in oneway]}
             before = state["seconds"]
             save(state)
             model = estimate(state)
-            while not state["terminate"]:
-                sigma, epsilon, rho_used = state["sigma"], state["epsilon"], state["rho_used"]
-                if self.rho - rho_used < 2 * (0.5 / sigma ** 2 + 1.0 / 8 * epsilon ** 2):
-                    remaining = self.rho - rho_used  # the last round spends what is left
-                    sigma, epsilon = np.sqrt(1 / (2 * 0.9 * remaining)), np.sqrt(8 * 0.1 * remaining)
-                    state["terminate"] = True
-                rho_used += 1.0 / 8 * epsilon ** 2 + 0.5 / sigma ** 2
-                size_limit = self.max_model_size * rho_used / self.rho
-                cl = self._worst_approximated(filter_candidates(candidates, model, size_limit), answers, model,
-                                              epsilon, sigma)
-                z = model.project(cl).datavector()
-                state["measurements"].append(measure(cl, sigma))
+            while state["pending"] is not None or not state["terminate"]:
+                if state["pending"] is None:
+                    sigma, epsilon, rho_used = state["sigma"], state["epsilon"], state["rho_used"]
+                    terminate = False
+                    if self.rho - rho_used < 2 * (0.5 / sigma ** 2 + 1.0 / 8 * epsilon ** 2):
+                        remaining = self.rho - rho_used  # the last round spends what is left
+                        sigma, epsilon = np.sqrt(1 / (2 * 0.9 * remaining)), np.sqrt(8 * 0.1 * remaining)
+                        terminate = True
+                    rho_used += 1.0 / 8 * epsilon ** 2 + 0.5 / sigma ** 2
+                    size_limit = self.max_model_size * rho_used / self.rho
+                    cl = self._worst_approximated(filter_candidates(candidates, model, size_limit), answers, model,
+                                                  epsilon, sigma)
+                    z = np.asarray(model.project(cl).datavector())  # the model before this round's measurement
+                    state["measurements"].append(measure(cl, sigma))
+                    state.update(rho_used=rho_used, terminate=terminate, round=state["round"] + 1,
+                                 pending={"clique": tuple(cl), "z": z, "sigma": sigma, "epsilon": epsilon})
+                    save(state)  # the round's draws, before anything else
+                    print(f"round {state['round']}: {cl} size {z.size}, budget used {rho_used / self.rho:.3f}",
+                          flush=True)
+                pending = state["pending"]
                 model = estimate(state, iters, model)
-                w = model.project(cl).datavector()
-                n = data.domain.size(cl)
-                if np.linalg.norm(w - z, 1) <= sigma * np.sqrt(2 / np.pi) * n:
+                w = np.asarray(model.project(pending["clique"]).datavector())
+                sigma, epsilon = pending["sigma"], pending["epsilon"]
+                if np.linalg.norm(w - pending["z"], 1) <= sigma * np.sqrt(2 / np.pi) * w.size:
                     sigma, epsilon = sigma / 2, epsilon * 2
-                state.update(sigma=sigma, epsilon=epsilon, rho_used=rho_used, round=state["round"] + 1)
+                    print(f"noise halved: sigma {sigma:.4g}", flush=True)
+                state.update(sigma=sigma, epsilon=epsilon, pending=None)
                 save(state)
-                print(f"round {state['round']}: {cl} size {n}, budget used {rho_used / self.rho:.3f}, "
-                      f"sigma {sigma:.4g}", flush=True)
             self.synthesizer = estimate(state, 1000, model)
             self.state = state
 
