@@ -2,8 +2,10 @@
 # The G-PATE authors' evaluation of kept generators on a lent GPU machine (16 cores, one GPU; the project's missing
 # packages carried as wheels in .whl/, as experiments/device_dpmerf_sweep.sh). $RUNS: the kept runs to evaluate
 # (docs/results/<name>, each with its generator.pt), trained together as one vectorized model. Comes back in $OUT:
-# each run's eval_reference.json as <name>.eval_reference.json, the log, and the state file if the time ran out
-# (copy it to outputs/reference_eval/ here and the evaluation continues on the CPU or on the next machine).
+# each run's eval_reference.json as <name>.eval_reference.json, the log, and the state file if the time ran out.
+# To continue on the next lent machine, put that file back at outputs/reference_eval/device_state.pt and name
+# outputs/reference_eval in the call's carry. It continues on a GPU only (the vectorized model is in its key), and
+# only where the generators' samples come out bit for bit the same (else it is refused and the evaluation restarts).
 # The working tree a machine receives is at most 64 MiB: before the call, delete from the checkout what this call
 # does not need (docs/results/*/samples/*.png and the generator.pt files not in $RUNS; all of them are committed),
 # and after it bring them back with `git checkout -- docs/results` (docs/LOG.md, "The authors' evaluation").
@@ -11,8 +13,10 @@ set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD/src
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-state=$OUT/reference_eval_state.pt
+state=outputs/reference_eval/device_state.pt
+mkdir -p outputs/reference_eval
 timeout "${EVAL_SECONDS:-500}" python3 -m dpgen.reference_eval $RUNS --device cuda --state "$state" 2>&1 | tee "$OUT/reference_eval.log"
+[ -f "$state" ] && cp "$state" "$OUT/device_state.pt"
 for run in $RUNS; do
   [ -f "$run/eval_reference.json" ] && cp "$run/eval_reference.json" "$OUT/$(basename "$run").eval_reference.json"
 done

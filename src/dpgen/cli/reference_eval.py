@@ -45,7 +45,8 @@ def run_config(run: Path):
 
 
 def authors_samples(run: Path, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, str]:
-    """n samples (balanced classes) of the run's generator, drawn as its method's authors draw them."""
+    """n samples of the run's generator (its labels as generate.py draws them: balanced classes, or the release's
+    class ratio), drawn as its method's authors draw them."""
     release, cfg = load_release(run), run_config(run)
     batch_norm = OmegaConf.select(cfg, "method.reference_sample_batch_norm", default=None)
     if batch_norm:

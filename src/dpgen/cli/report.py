@@ -279,10 +279,11 @@ def authors_eval(run: Path | None) -> str:
         return "not run"
     result = json.loads(path.read_text())
     settings = result.get("settings") or {}
-    authors = OmegaConf.load(CONF_DIR / "eval" / "reference.yaml").callbacks.downstream
-    if (settings.get("max_epochs"), settings.get("n_samples")) != (authors.max_epochs, authors.n_samples):
-        raise ValueError(f"{path}: not the authors' evaluation ({authors.max_epochs} epochs of {authors.n_samples} "
-                         f"samples): {settings}")
+    config = OmegaConf.load(CONF_DIR / "eval" / "reference.yaml")
+    authors = {key: config.callbacks.downstream[key] for key in ("n_samples", "max_epochs", "batch_size", "cnn")}
+    authors["lr"] = config.reference_lr.get(result.get("data"))
+    if any(settings.get(key) != value for key, value in authors.items()):
+        raise ValueError(f"{path}: not the authors' evaluation ({authors}): {settings}")
     return percent(result["downstream"]["max_test_accuracy"])
 
 

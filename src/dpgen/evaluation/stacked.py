@@ -1,8 +1,9 @@
-"""Several classifiers of one architecture trained at once as one vectorized model (torch.func's model ensembling):
-the G-PATE authors' evaluation (`eval=reference`: plain SGD, no synthetic hold-out, the real test set's accuracy
+"""Several classifiers of one architecture trained together (torch.func's model ensembling): the G-PATE authors'
+evaluation (`eval=reference`: plain SGD, no synthetic hold-out, the real test set's accuracy
 after every epoch) of many cells in one pass. Model k sees only its own data, in the order its own seed gives, with
 its own learning rate: it is trained as `train_classifier(optimizer="sgd")` would train it alone (for a model
-without dropout, the same weights up to float rounding; dropout masks come from one shared stream instead).
+without dropout, the same weights up to float rounding; with dropout, equal in distribution: the masks come from
+one shared stream, and `train_classifier` draws its order from that stream too).
 On a GPU the K models run as one vectorized model (vmap), in about the time of one; on a CPU, where vmap's batched
 convolutions ran at half the rate of one model's own (docs/LOG.md), each model runs its own kernels in turn."""
 
