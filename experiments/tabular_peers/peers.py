@@ -191,6 +191,7 @@ def resumable_aim(checkpoint: Path, iters: int = 1000, warm_start: bool = False,
                     print(f"noise halved: sigma {sigma:.4g}", flush=True)
                 state.update(sigma=sigma, epsilon=epsilon, pending=None)
                 save(state)
+            self.rounds_ended = time.time()
             self.synthesizer = estimate(state, 1000, model)
             self.state = state
 
@@ -216,9 +217,10 @@ def synthesize(codes: pd.DataFrame, cards: list[int], mechanism: str, epsilon: f
     sample = synth.sample(n)
     frame = pd.DataFrame(sample, columns=codes.columns)
     state = getattr(synth, "state", None)  # AIM's rounds, budget and time across resumptions
+    # AIM: its rounds' time in every process (not the part of a round a cut lost), then the final estimate and sample
     run = {"seconds": round(time.time() - start, 1)} if state is None else {
-        "seconds": round(state["seconds"], 1), "rounds": state["round"], "resumed": state["resumed"],
-        "budget_used": round(state["rho_used"] / synth.rho, 6)}
+        "seconds": round(state["seconds"] + time.time() - synth.rounds_ended, 1), "rounds": state["round"],
+        "resumed": state["resumed"], "budget_used": round(state["rho_used"] / synth.rho, 6)}
     # the fixed-bounds transformer returns bin midpoints k + 0.5
     return frame.apply(lambda col: np.floor(col.astype(float)).astype(int).clip(0, None)), run
 
