@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The seed's table under its authors' evaluation (docs/EVALUATION.md, eval=reference): every cell of
-# experiments/authors_eval.runs trained again from its experiment file (scripts/parallel_runs.py: resumes a run cut
-# off), kept with its generator as docs/results/<name>_generator, then each cell kept but not yet evaluated scored by
-# `python -m dpgen.reference_eval` (one cell a call: on a CPU several together are no faster; it resumes from its
-# state file). Each step skips what is done, so after an interruption the same command continues. From the
+# The seed's table under its authors' evaluation (docs/EVALUATION.md, eval=reference), one cell of
+# experiments/authors_eval.runs after another: trained again from its experiment file (scripts/parallel_runs.py:
+# resumes a run cut off on the same machine), kept with its generator as docs/results/<name>_generator, then scored by
+# `python -m dpgen.reference_eval`. The evaluation (hours on a CPU) keeps its state in carry/reference_eval/, which is
+# committed (carry/README.md), so that it continues on the next machine; a training is too large to carry and must
+# end where it started. Each step skips what is done, so after an interruption the same command continues. From the
 # repository root:
 #   bash experiments/authors_eval.sh
 # PYTHON (default .venv/bin/python), THREADS (default 2), OUT (default outputs/authors_eval), RUNS (default
@@ -14,11 +15,14 @@ python=${PYTHON:-.venv/bin/python}
 threads=${THREADS:-2}
 out=${OUT:-outputs/authors_eval}
 runs=${RUNS:-experiments/authors_eval.runs}
-"$python" scripts/parallel_runs.py "$runs" "$out" --parallel 1 --threads "$threads"
-while read -r name _; do
+while read -r name overrides; do
   [[ -z "$name" || "$name" == \#* ]] && continue
   kept=docs/results/${name}_generator
-  [ -f "$kept/metrics.json" ] || "$python" -m dpgen.report --keep "$out/$name" "$kept"
+  if [ ! -f "$kept/metrics.json" ]; then
+    "$python" scripts/parallel_runs.py <(echo "$name $overrides") "$out" --parallel 1 --threads "$threads" < /dev/null
+    "$python" -m dpgen.report --keep "$out/$name" "$kept" < /dev/null
+  fi
   [ -f "$kept/generator.pt" ] || { echo "error: $kept holds no generator (over the size a kept run may hold)"; exit 1; }
-  [ -f "$kept/eval_reference.json" ] || OMP_NUM_THREADS=$threads "$python" -m dpgen.reference_eval "$kept"
+  [ -f "$kept/eval_reference.json" ] || OMP_NUM_THREADS=$threads "$python" -m dpgen.reference_eval "$kept" \
+    --state "carry/reference_eval/${name}_generator.pt" < /dev/null
 done < "$runs"

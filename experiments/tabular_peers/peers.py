@@ -199,7 +199,7 @@ def resumable_aim(checkpoint: Path, iters: int = 1000, warm_start: bool = False,
 
 
 def synthesize(codes: pd.DataFrame, cards: list[int], mechanism: str, epsilon: float, delta: float,
-               n: int, out: Path, max_model_size: float | None = None, aim_iters: int = 1000,
+               n: int, state: Path, max_model_size: float | None = None, aim_iters: int = 1000,
                aim_warm_start: bool = False) -> tuple[pd.DataFrame, dict]:
     from snsynth import Synthesizer
     from snsynth.transform import BinTransformer, TableTransformer
@@ -208,7 +208,7 @@ def synthesize(codes: pd.DataFrame, cards: list[int], mechanism: str, epsilon: f
     transformer = TableTransformer([BinTransformer(bins=k, lower=0, upper=k) for k in cards])
     if mechanism == "aim":
         options = {} if max_model_size is None else {"max_model_size": max_model_size}  # its default: 80 MB
-        synth = resumable_aim(out / "aim_state.pkl", aim_iters, aim_warm_start, epsilon=epsilon, delta=delta,
+        synth = resumable_aim(state, aim_iters, aim_warm_start, epsilon=epsilon, delta=delta,
                               **options)
     else:
         synth = Synthesizer.create(mechanism, epsilon=epsilon, delta=delta, verbose=True)
@@ -251,13 +251,19 @@ def main() -> None:
     parser.add_argument("--aim-warm-start", action="store_true",
                         help="each AIM round's estimate starts from the last model, as private-pgm's AIM does")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--state", type=Path, default=None,
+                        help="AIM's state, saved every round and removed when the run ends (default: "
+                             "<out>/aim_state.pkl; run.sh keeps it in carry/, committed, so that a run longer than "
+                             "a machine's life continues on the next)")
     args = parser.parse_args()
+    state = args.state or args.out / "aim_state.pkl"
     cfg, edges = data_config(args.table), EDGES[args.table]
     train = pd.read_csv(args.root.expanduser() / cfg["path"])
     codes, cards = encode(train, cfg, edges)
     n = args.n or len(train)
     args.out.mkdir(parents=True, exist_ok=True)
-    synthetic, run = synthesize(codes, cards, args.mechanism, args.epsilon, args.delta, n, args.out,
+    state.parent.mkdir(parents=True, exist_ok=True)
+    synthetic, run = synthesize(codes, cards, args.mechanism, args.epsilon, args.delta, n, state,
                                 args.max_model_size, args.aim_iters, args.aim_warm_start)
     decode(synthetic, cfg, edges, np.random.default_rng(args.seed)).to_csv(args.out / "synthetic.csv", index=False,
                                                                            float_format="%.6g")
@@ -269,6 +275,7 @@ def main() -> None:
             **run, "smartnoise_synth": version("smartnoise-synth"),
             "cpu": cpu_model(), "threads": os.environ.get("OMP_NUM_THREADS")}
     (args.out / "peer.json").write_text(json.dumps(info, indent=2) + "\n")
+    state.unlink(missing_ok=True)  # the run is done: its measurements live on only in its synthetic table
     print(json.dumps(info))
 
 

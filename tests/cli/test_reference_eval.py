@@ -1,23 +1,49 @@
 """`python -m dpgen.reference_eval`: a released G-PATE generator sampled as its authors sample it, scored with their
 evaluation's settings, shortened only into a folder of its own."""
 import json
+import logging
 
 import pytest
 
+from dpgen.cli import reference_eval
+from dpgen.cli.generate import sample
 from dpgen.cli.reference_eval import authors_settings, main
+from dpgen.evaluation import training
 from test_train_cli import TINY_GPATE, train
 
 
-def test_a_tiny_gpate_run_scored_by_the_authors_evaluation(tmp_path):
+def test_a_tiny_gpate_run_scored_by_the_authors_evaluation(tmp_path, monkeypatch, caplog):
+    """Refused when shortened without --out; cut off after an epoch and continued from its state with samples that
+    differ in their last bits (drawn again on another machine), to a full history with the machines it ran on."""
     overrides = [o for o in TINY_GPATE if not o.startswith("~eval")] + ["eval=none"]
     assert train(tmp_path, *overrides).returncode == 0
     run, out = tmp_path / "run", tmp_path / "check"
     with pytest.raises(SystemExit) as refused:  # a shortened evaluation never lands in the run as the authors'
         main([str(run), "--epochs", "1"])
     assert refused.value.code == 2 and not (run / "eval_reference.json").exists()
-    [result] = main([str(run), "--epochs", "2", "--n-samples", "30", "--out", str(out),
-                     "--state", str(tmp_path / "state.pt"), "--device", "cpu"])
+    args = [str(run), "--epochs", "2", "--n-samples", "30", "--out", str(out), "--state", str(tmp_path / "state.pt"),
+            "--device", "cpu"]
+    save = training.Resumable.save
+
+    def save_then_die(self, *saved):
+        save(self, *saved)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(training.Resumable, "save", save_then_die)
+    with pytest.raises(KeyboardInterrupt):  # cut off after its first epoch
+        main(args)
+    monkeypatch.setattr(training.Resumable, "save", save)
+    # continued where the samples, drawn again (as on another machine), differ in their last bits
+    def resampled(*args, **kwargs):
+        x, y = sample(*args, **kwargs)
+        return x * (1 + 1e-7), y
+
+    monkeypatch.setattr(reference_eval, "sample", resampled)
+    with caplog.at_level(logging.INFO, logger="dpgen.evaluation.training"):
+        [result] = main(args)
+    assert "resumed after epoch 1" in caplog.text
     written = json.loads((out / "run.json").read_text())
+    assert written["epochs_by_machine"] == {written["machine"]: 2} and written["seconds_per_cell"] > 0
     assert written == json.loads(json.dumps(result))
     # the authors' MNIST script's learning rate and batch; G-PATE's samples with BatchNorm on batches of its
     # training batch (method.batch_size=4 here)

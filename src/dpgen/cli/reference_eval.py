@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import time
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -64,6 +64,15 @@ def test_split(data_cfg) -> tuple[torch.Tensor, torch.Tensor]:
     return dm.test_data.x, dm.test_data.y
 
 
+def identity(cells: list[dict]) -> str:
+    """What the classifiers train on, named so that another machine names it alike: each run's generator file,
+    its data set and the samples' settings (the samples themselves, drawn again there, may differ in their last
+    bits)."""
+    return "\n".join(f"{hashlib.sha256((cell['run'] / 'generator.pt').read_bytes()).hexdigest()} {cell['data']} "
+                     f"{json.dumps(cell['settings'], sort_keys=True, default=str)} {cell['synthetic']}"
+                     for cell in cells)
+
+
 def evaluate_runs(runs: list[Path], device: str | None = None, state: Path | None = None, epochs: int | None = None,
                   n_samples: int | None = None, out: Path | None = None) -> list[dict]:
     """The authors' evaluation of every run, the classifiers trained together; `epochs` / `n_samples` shorten it
@@ -92,15 +101,15 @@ def evaluate_runs(runs: list[Path], device: str | None = None, state: Path | Non
             models.append(CNNS[s["cnn"]](x.shape[1], int(test_y.max()) + 1, tuple(x.shape[2:])))
         xs.append(x), ys.append(y), test_xs.append(test_x), test_ys.append(test_y)
     s = cells[0]["settings"]
-    started = time.perf_counter()
+    where = "gpu" if (device or ("cuda" if torch.cuda.is_available() else "cpu")).startswith("cuda") else "cpu"
     _, histories = train_stacked(models, xs, ys, test_xs, test_ys, lrs=[c["settings"]["lr"] for c in cells],
                                  seeds=[c["settings"]["seed"] for c in cells], max_epochs=s["max_epochs"],
-                                 batch_size=s["batch_size"], device=device, progress=True, state_file=state)
-    seconds = time.perf_counter() - started
-    where = "gpu" if (device or ("cuda" if torch.cuda.is_available() else "cpu")).startswith("cuda") else "cpu"
+                                 batch_size=s["batch_size"], device=device, progress=True, state_file=state,
+                                 identity=identity(cells), machine=machine(where))
     results = []
     for cell, history in zip(cells, histories):
         tested = [record["test_accuracy"] for record in history]
+        machines = Counter(record.pop("machine") for record in history)
         best = max(tested)
         result = {
             "evaluation": "the G-PATE authors' (eval=reference): the highest real-test accuracy of the epochs",
@@ -110,9 +119,11 @@ def evaluate_runs(runs: list[Path], device: str | None = None, state: Path | Non
                            "epochs_run": len(history), "n_train": cell["settings"]["n_samples"],
                            "history": [{k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()}
                                        for r in history]},
-            "machine": machine(where), "stacked_with": len(cells),
-            # this process's training time (a resumed evaluation: since it resumed), shared by the cells
-            "seconds_per_cell": round(seconds / len(cells), 1),
+            # where its epochs ran (an evaluation resumed on another machine: each machine's epochs)
+            "machine": machines.most_common(1)[0][0], "epochs_by_machine": dict(machines),
+            "stacked_with": len(cells),
+            # the epochs' training time in every process that ran them, shared by the cells
+            "seconds_per_cell": round(sum(record["seconds"] for record in history) / len(cells), 1),
         }
         path = cell["run"] / REFERENCE_EVAL if out is None else out / f"{cell['run'].name}.json"
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -78,14 +78,18 @@ def train_stacked(
     device=None,
     progress: bool = False,
     state_file: str | os.PathLike | None = None,
+    identity: str | None = None,
     vectorize: bool | None = None,
+    machine: str | None = None,
 ) -> tuple[list[nn.Module], list[list[dict]]]:
     """Train model k on (xs[k], ys[k]) with plain SGD at lrs[k] and batch `batch_size` for `max_epochs` epochs,
     recording its accuracy on (test_xs[k], test_ys[k]) after every epoch; every training set has the same size.
-    `state_file`: saved after every epoch, continued from by a call with the same data and settings (Resumable).
+    `state_file`: saved after every epoch, continued from by a call with the same data and settings (Resumable;
+    `identity` names the data in place of their digest, for samples drawn again on another machine).
+    `machine`: recorded in each epoch's record (an evaluation resumed elsewhere says where each epoch ran).
     `vectorize`: the models as one vmapped model (default: on a GPU) or each in turn (default on a CPU).
     Returns the trained models (in eval mode) and each model's history: one record per epoch with its loss, its
-    test accuracy and the epoch's wall seconds (of all K models together)."""
+    test accuracy, the epoch's wall seconds (of all K models together) and `machine` where given."""
     k = len(models)
     if not (k == len(xs) == len(ys) == len(test_xs) == len(test_ys) == len(lrs) == len(seeds)) or k == 0:
         raise ValueError("give one training set, test set, learning rate and seed per model")
@@ -111,7 +115,8 @@ def train_stacked(
         torch.manual_seed(seeds[0])  # the dropout masks' stream
         resumable = None
         if state_file is not None:
-            resumable = Resumable(state_file, settings, (x, y, test_x, test_y), device, generators=tuple(orders))
+            resumable = Resumable(state_file, settings, (x, y, test_x, test_y), device, generators=tuple(orders),
+                                  identity=identity)
             history, _, _ = resumable.load(stacked, optimizer, None, history, {}, [])
         for epoch in range(len(history) + 1, max_epochs + 1):
             started = time.perf_counter()
@@ -132,6 +137,8 @@ def train_stacked(
             tested = stacked_accuracy(stacked, test_x, test_y)
             record = {"epoch": epoch, "loss": (total / n).tolist(), "test_accuracy": tested,
                       "seconds": round(time.perf_counter() - started, 2)}
+            if machine:
+                record["machine"] = machine
             history.append(record)
             if progress:
                 log.info("stacked classifiers: epoch %d/%d, test accuracy %s, %.1f s", epoch, max_epochs,
@@ -144,6 +151,6 @@ def train_stacked(
     for i, model in enumerate(models):
         model.load_state_dict({name: p[i].detach().cpu() for name, p in zip(stacked.names, stacked.params)})
         trained.append(model.eval())
-    histories = [[{"epoch": r["epoch"], "loss": r["loss"][i], "test_accuracy": r["test_accuracy"][i],
-                   "seconds": r["seconds"]} for r in history] for i in range(k)]
+    histories = [[{**r, "loss": r["loss"][i], "test_accuracy": r["test_accuracy"][i]} for r in history]
+                 for i in range(k)]
     return trained, histories

@@ -170,8 +170,13 @@ class Resumable:
     the data holder (as a checkpoint does), removed when the training ends; error messages never show the digest."""
 
     def __init__(self, path: str | os.PathLike, settings: str, tensors: tuple, device: torch.device,
-                 generators: tuple[torch.Generator, ...] = ()):
+                 generators: tuple[torch.Generator, ...] = (), identity: str | None = None):
+        """`identity` names the data in place of the tensors' digest: for data drawn again when the training moves
+        to another machine (a generator's samples), whose floats there may differ in their last bits."""
         self.path, self.device, self.generators = Path(path), device, generators  # generators: saved states too
+        if identity is not None:
+            self.settings, self.key = settings, f"{settings} data={hashlib.sha256(identity.encode()).hexdigest()}"
+            return
         digest = hashlib.sha256()
         for tensor in tensors:
             if tensor is not None:
