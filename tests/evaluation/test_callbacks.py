@@ -225,6 +225,37 @@ def test_the_authors_evaluation_is_refused_where_they_have_no_script():
         instantiate(cfg.eval.callbacks.downstream)
 
 
+def test_pate_triplegans_evaluation_as_its_paper_describes_it(mnist):
+    """eval=ptg: the settings its paper gives (20,000 samples, 10 epochs, the last epoch's model, five trainings
+    averaged, 'OurCNN': three conv + ReLU + max-pool blocks and two dense layers); five repeats on real digits give
+    five accuracies from five seeds and their mean."""
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from dpgen.cli.common import CONF_DIR
+    from dpgen.nn.classifier import ptg_cnn
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("evaluate", overrides=["eval=ptg", "data=fashion_mnist"])
+    callback = instantiate(cfg.eval.callbacks.downstream)
+    assert (callback.n_samples, callback.max_epochs, callback.val_fraction, callback.patience, callback.repeats,
+            callback.cnn) == (20000, 10, 0.0, None, 5, "ptg")
+    layers = [type(layer).__name__ for layer in ptg_cnn(1, 10, 28)]
+    assert layers == ["Conv2d", "ReLU", "MaxPool2d"] * 3 + ["Flatten", "Linear", "ReLU", "Linear"]
+    x, y = mnist["train"]
+    dm = Data((x[:200], y[:200]), [t[:500] for t in mnist["test"]])
+    samples = (x[1000:3000], y[1000:3000])  # the samples stay; each training draws its weights and order anew
+    settings = {"max_epochs": 2, "val_fraction": 0.0, "patience": None, "cnn": "ptg"}
+    results = DownstreamUtility(**settings, repeats=3).evaluate_synthetic(*samples, dm)
+    once = DownstreamUtility(**settings, seed=1).evaluate_synthetic(*samples, dm)
+    accuracies = results["repeat_accuracies"]
+    assert len(accuracies) == 3 and results["accuracy"] == pytest.approx(np.mean(accuracies))
+    assert accuracies[1] == once["accuracy"]  # the second training is the one of seed 1
+    assert len(set(accuracies)) > 1 and min(accuracies) > 0.3  # other seeds, and real digits learned
+    with pytest.raises(ValueError, match="repeats"):
+        DownstreamUtility(repeats=2, selection="private_val")
+
+
 def test_image_quality_skips_tables():
     dm = SimpleNamespace(test_data=SimpleNamespace(x=torch.zeros(10, 3), y=torch.zeros(10)))
     trainer = fake_trainer(dm)

@@ -109,7 +109,9 @@ class DownstreamUtility(EvaluationCallback):
     made on the same release; also appended to the JSON-lines file `charge_log` when one is given), and refused
     when it would take them past `private_val_budget` (None: no stated budget). `sample_batch_norm` b: the
     generator's samples are drawn with BatchNorm on batches of b (eval=reference for G-PATE, as its authors drew
-    them); None: as the method releases them."""
+    them); None: as the method releases them. `repeats` r > 1 (images): the classifier is trained r times on the
+    same samples, from seeds `seed`, `seed + 1`, ...; `accuracy` is the mean of their accuracies (each in
+    `repeat_accuracies`, their spread `repeat_std`) and every other field is the first training's."""
 
     name = "downstream"
 
@@ -134,8 +136,13 @@ class DownstreamUtility(EvaluationCallback):
         private_val_budget: float | None = None,
         charge_log: str | None = None,
         sample_batch_norm: int | None = None,
+        repeats: int = 1,
     ):
         super().__init__(every_n_steps, n_samples, at_end, seed)
+        if repeats < 1 or (repeats > 1 and selection == "private_val"):
+            raise ValueError(f"repeats must be >= 1, and 1 with selection=private_val (one charged selection an "
+                             f"evaluation), got {repeats}")
+        self.repeats = repeats
         if selection not in SELECTIONS:
             raise ValueError(f"selection must be one of {SELECTIONS}, got {selection!r}")
         if private_val_epsilon is not None and not private_val_epsilon > 0:
@@ -235,12 +242,18 @@ class DownstreamUtility(EvaluationCallback):
                 def choose(counts: list[int]) -> int:
                     return report_noisy_max(counts, self.private_val_epsilon, rng)
 
-            results = image_accuracy(
+            runs = [image_accuracy(
                 x, y, test.x, test.y, num_classes=dm.num_classes, val_fraction=self.val_fraction,
                 max_epochs=self.max_epochs, patience=self.patience, batch_size=self.batch_size, optimizer=self.optimizer,
-                lr=self.lr, cnn=self.cnn, seed=self.seed, device=device, progress=True, state_file=self.state_file,
+                lr=self.lr, cnn=self.cnn, seed=self.seed + i, device=device, progress=True,
+                state_file=self.state_file if self.state_file is None or self.repeats == 1 else f"{self.state_file}.{i}",
                 selection=self.selection, private_val=private, choose=choose,
-            )
+            ) for i in range(self.repeats)]
+            results = runs[0]
+            if self.repeats > 1:  # the same samples, a classifier trained anew from each seed
+                accuracies = [run["accuracy"] for run in runs]
+                results = {**results, "accuracy": float(np.mean(accuracies)), "repeat_accuracies": accuracies,
+                           "repeat_std": float(np.std(accuracies))}
             if private is not None:
                 results["private_val"].update(mechanism=MECHANISM, epsilon=self.private_val_epsilon)
             return results

@@ -27,10 +27,10 @@ from sklearn.svm import LinearSVC
 from sklearn.tree import DecisionTreeClassifier
 
 from dpgen.evaluation.training import accuracy, train_classifier
-from dpgen.nn.classifier import downstream_cnn, reference_script_cnn
+from dpgen.nn.classifier import downstream_cnn, ptg_cnn, reference_script_cnn
 from dpgen.nn.wide_resnet import downstream_wrn
 
-CNNS = {"appendix_e": downstream_cnn, "reference_script": reference_script_cnn, "wrn": downstream_wrn}
+CNNS = {"appendix_e": downstream_cnn, "reference_script": reference_script_cnn, "wrn": downstream_wrn, "ptg": ptg_cnn}
 # How the classifier's epoch is chosen (docs/EVALUATION.md): on the synthetic hold-out, on a private validation
 # split by a DP selection, or on the real test set (not DP; the papers choose so, with their own classifiers: eval=reference)
 SELECTIONS = ("synthetic", "private_val", "test")

@@ -4,7 +4,8 @@
 32 and 64 kernels respectively ... ReLU ... dropout on all layers"). The same module with
 no dropout on the convolutions and a wider head serves as the domain classifier of
 appendix F (the feature extractor for IS / FID): see `domain_classifier`. `reference_script_cnn` is the CNN of
-the reference G-PATE code's evaluation script, which differs from the paper's description.
+the reference G-PATE code's evaluation script, which differs from the paper's description; `ptg_cnn` is
+PATE-TripleGAN's evaluation CNN as its paper describes it.
 """
 
 from __future__ import annotations
@@ -94,3 +95,18 @@ def reference_script_cnn(in_channels: int, num_classes: int, image_size: int | t
             nn.init.xavier_uniform_(layer.weight)
             nn.init.zeros_(layer.bias)
     return model
+
+
+def ptg_cnn(in_channels: int, num_classes: int, image_size: int | tuple[int, int],
+            channels: tuple[int, int, int] = (32, 64, 128), hidden: int = 128) -> nn.Sequential:
+    """PATE-TripleGAN's evaluation CNN, "OurCNN", as its paper describes it (Section 5.1: three convolutional layers,
+    each followed by ReLU and max-pooling, then two fully connected layers, the last with one unit a class). The
+    paper gives no sizes and its code is not public: the 3x3 kernels with padding 1, the pools of 2, `channels` and
+    `hidden` are dpgen's choice, and PyTorch's default initialisation. Returns logits."""
+    height, width = (image_size, image_size) if isinstance(image_size, int) else image_size
+    layers, previous = [], in_channels
+    for width_out in channels:
+        layers += [nn.Conv2d(previous, width_out, kernel_size=3, padding=1), nn.ReLU(), nn.MaxPool2d(2)]
+        previous, height, width = width_out, height // 2, width // 2
+    return nn.Sequential(*layers, nn.Flatten(), nn.Linear(previous * height * width, hidden), nn.ReLU(),
+                         nn.Linear(hidden, num_classes))
