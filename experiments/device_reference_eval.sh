@@ -4,8 +4,9 @@
 # (docs/results/<name>, each with its generator.pt), trained together as one vectorized model. Comes back in $OUT:
 # each run's eval_reference.json as <name>.eval_reference.json, the log, and the state file if the time ran out.
 # To continue on the next lent machine, put that file back at outputs/reference_eval/device_state.pt and name
-# outputs/reference_eval in the call's carry. It continues on a GPU only (the vectorized model is in its key), and
-# only where the generators' samples come out bit for bit the same (else it is refused and the evaluation restarts).
+# outputs/reference_eval in the call's carry, or commit it in carry/ (carry/README.md). It continues on a GPU only
+# (the vectorized model is in its key); its key names the generator files and settings, not the samples' bits, which
+# may differ on another machine. A CPU evaluation's state in carry/reference_eval/ is then left over: remove it.
 # The working tree a machine receives is at most 64 MiB: before the call, delete from the checkout what this call
 # does not need (docs/results/*/samples/*.png and the generator.pt files not in $RUNS; all of them are committed),
 # and after it bring them back with `git checkout -- docs/results` (docs/LOG.md, "The authors' evaluation").
