@@ -8,7 +8,8 @@
 # repository root:
 #   bash experiments/authors_eval.sh
 # PYTHON (default .venv/bin/python), THREADS (default 2), OUT (default outputs/authors_eval), RUNS (default
-# experiments/authors_eval.runs). The comparison's cells (docs/results/comparison.yaml) are switched to the new kept
+# experiments/authors_eval.runs), SCORE (default 1; 0: train and keep every cell, score none: for a machine without
+# a GPU, whose evaluation of one cell takes hours, while a lent GPU scores several in minutes). The comparison's cells (docs/results/comparison.yaml) are switched to the new kept
 # runs by hand, after a look at them.
 set -euo pipefail
 python=${PYTHON:-.venv/bin/python}
@@ -23,6 +24,6 @@ while read -r name overrides; do
     "$python" -m dpgen.report --keep "$out/$name" "$kept" < /dev/null
   fi
   [ -f "$kept/generator.pt" ] || { echo "error: $kept holds no generator (over the size a kept run may hold)"; exit 1; }
-  [ -f "$kept/eval_reference.json" ] || OMP_NUM_THREADS=$threads "$python" -m dpgen.reference_eval "$kept" \
-    --state "carry/reference_eval/${name}_generator.pt" < /dev/null
+  [ "${SCORE:-1}" = 0 ] || [ -f "$kept/eval_reference.json" ] || OMP_NUM_THREADS=$threads \
+    "$python" -m dpgen.reference_eval "$kept" --state "carry/reference_eval/${name}_generator.pt" < /dev/null
 done < "$runs"
