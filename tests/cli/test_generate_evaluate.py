@@ -81,6 +81,9 @@ def test_evaluate_keeps_the_classifiers_training_state_beside_its_output(tmp_pat
     result = script_here("evaluate.py", f"synthetic={synthetic}", "data=mnist", *FAST_EVAL, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "synthetic.eval.json").is_file() and not state.exists()
+    settings = json.loads((tmp_path / "synthetic.eval.json").read_text())["downstream"]["settings"]
+    assert {key: settings[key] for key in ("n_samples", "max_epochs", "cnn", "repeats")} == {
+        "n_samples": 40, "max_epochs": 1, "cnn": "appendix_e", "repeats": 1}  # the file's records, not the config's
 
 
 def test_a_release_with_a_labeller_labels_its_samples_by_it():

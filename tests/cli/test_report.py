@@ -210,7 +210,15 @@ def test_the_comparison_table_takes_each_cell_from_the_run_its_spec_names(tmp_pa
         "  - {name: G-PATE, cells: {mnist_1: {experiment: gpate/mnist_eps1, run: gpate_mnist_1.0}},\n"
         "     paper: {mnist_1: 0.588, mnist_10: 0.8092}}\n"
         "  - {name: GAN, cells: {mnist: {run: gan_mnist_inf}}, paper: {mnist: 0.9653}}\n"
-        "  - {name: Y, notes: {mnist_1: 'no step fits (plan)'}, paper: {mnist_10: 0.6073}, paper_name: Y paper}\n")
+        "  - {name: Y, notes: {mnist_1: 'no step fits (plan)'}, paper: {mnist_10: 0.6073}, paper_name: Y paper}\n"
+        "  - {name: PTG, cells: {mnist_10: {run: ptg_mnist_10.0}}, paper: {mnist_10: 0.6073}, paper_name: PTG paper,\n"
+        "     paper_eval: ptg}\n")
+    ptg = fake_run(results, "ptg", "mnist", 10.0, {**private(10.0, 0.5, 9.9), "downstream": three})
+    (ptg / "privacy.json").write_text(json.dumps({"private": True, "epsilon": 9.9, "delta": 1e-5,
+                                                  "governing_bound": "data_independent"}))
+    ptg_settings = {"n_samples": 20000, "max_epochs": 10, "val_fraction": 0.0, "patience": None, "repeats": 5,
+                    "cnn": "ptg", "optimizer": "adam", "lr": 1e-3, "batch_size": 128}
+    (ptg / "eval_ptg.json").write_text(json.dumps({"downstream": {"accuracy": 0.6104, "settings": ptg_settings}}))
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "RESULTS.md").write_text("# R\n<!-- comparison -->\nold\n<!-- /comparison -->\n<!-- report -->\n"
@@ -223,13 +231,19 @@ def test_the_comparison_table_takes_each_cell_from_the_run_its_spec_names(tmp_pa
         "(authors' eval 62.5, paper 58.80) | not run (authors' eval not run, paper 80.92) |",
         "| GAN | [92.0 / - / -](results/gan_mnist_inf) (authors' eval not run, paper 96.53) "
         "| [92.0 / - / -](results/gan_mnist_inf) (authors' eval not run, paper 96.53) |",
-        "| Y | no step fits (plan) | not run (Y paper 60.73) |"]
-    assert drawn == [((1.0,), (0.25,))]  # the plot draws the cells' runs only
+        "| Y | no step fits (plan) | not run (Y paper 60.73) |",
+        "| PTG | not run | [25.0 / 30.0 / 62.5](results/ptg_mnist_10.0) (PTG's eval 61.0, PTG paper 60.73) |"]
+    assert sorted(drawn) == [((1.0,), (0.25,)), ((10.0,), (0.25,))]  # the plot draws the cells' runs only
     for key, value in {"max_epochs": 20, "lr": 2e-3}.items():  # a shortened evaluation, Fashion-MNIST's rate
         (gpate / "eval_reference.json").write_text(json.dumps({**authors, "settings": {**authors["settings"],
                                                                                       key: value}}))
         with pytest.raises(ValueError, match="not the authors' evaluation"):
             main([str(results), "--out", str(docs)])
+    (gpate / "eval_reference.json").write_text(json.dumps(authors))
+    (ptg / "eval_ptg.json").write_text(json.dumps({"downstream": {"accuracy": 0.6104,  # one training, not five
+                                                                 "settings": {**ptg_settings, "repeats": 1}}}))
+    with pytest.raises(ValueError, match="not PATE-TripleGAN's evaluation"):
+        main([str(results), "--out", str(docs)])
     (results / "comparison.yaml").write_text("columns: {mnist: [1]}\nmethods:\n  - {name: X, cells: {mnist_1: {run: gone}}}\n")
     with pytest.raises(FileNotFoundError, match="gone .cell X, mnist_1. is no kept run"):
         main([str(results), "--out", str(docs)])

@@ -165,6 +165,13 @@ class DownstreamUtility(EvaluationCallback):
         self.optimizer, self.lr, self.batch_size, self.cnn = optimizer, lr, batch_size, cnn
         self.tabular_models, self.ranking = tabular_models, ranking
 
+    def settings(self) -> dict:
+        """How the image classifier is trained and chosen: what makes a number one protocol's (evaluate.py writes
+        it beside the results)."""
+        keys = ("n_samples", "max_epochs", "val_fraction", "patience", "repeats", "cnn", "optimizer", "lr",
+                "batch_size", "selection", "sample_batch_norm", "seed")
+        return {key: getattr(self, key) for key in keys}
+
     def check_data(self, dm) -> None:
         """ValueError unless the data fit `selection`: tables have no epochs to choose; private_val needs the
         datamodule's split (eval.selection=private_val makes train.py and evaluate.py hold it out)."""

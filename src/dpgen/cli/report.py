@@ -233,6 +233,9 @@ TABLES = "tables.yaml"  # beside it: the tabular cells of RESULTS.md (cli/cards.
 GOALS = "goals.yaml"  # beside it: the image cells against their goals (cli/cards.py goals_table)
 RUNS = "RUNS.md"  # beside RESULTS.md: the page of the full run table, where there is one
 REFERENCE_EVAL = "eval_reference.json"  # in a run folder: its generator under the G-PATE authors' evaluation
+PTG_EVAL = "eval_ptg.json"  # in a run folder: evaluate.py eval=ptg of its samples (PATE-TripleGAN's evaluation)
+# the settings of eval=ptg that make its number PATE-TripleGAN's protocol (conf/eval/ptg.yaml)
+PTG_SETTINGS = ("n_samples", "max_epochs", "val_fraction", "patience", "repeats", "cnn", "optimizer", "lr", "batch_size")
 COMPARISON_BEGIN, COMPARISON_END = "<!-- comparison -->", "<!-- /comparison -->"
 
 
@@ -287,13 +290,31 @@ def authors_eval(run: Path | None) -> str:
     return percent(result["downstream"]["max_test_accuracy"])
 
 
+def ptg_eval(run: Path | None) -> str:
+    """A comparison cell's number from PATE-TripleGAN's evaluation (`evaluate.py eval=ptg out=<run>/eval_ptg.json`:
+    the mean last-epoch accuracy of five trainings), or "not run"; ValueError for a file of other settings."""
+    path = None if run is None else run / PTG_EVAL
+    if path is None or not path.is_file():
+        return "not run"
+    result = json.loads(path.read_text())["downstream"]
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        config = compose("evaluate", overrides=["eval=ptg", "synthetic=unused"]).eval.callbacks.downstream
+    expected = {key: config[key] for key in PTG_SETTINGS}
+    if {key: (result.get("settings") or {}).get(key) for key in PTG_SETTINGS} != expected:
+        raise ValueError(f"{path}: not PATE-TripleGAN's evaluation ({expected}): {result.get('settings')}")
+    return percent(result["accuracy"])
+
+
 def comparison_table(spec_path: Path) -> str:
     """The papers' table shape: one row per method, one column per (data, epsilon) of `spec_path`'s `columns`;
     each cell the accuracies of the kept run its `cells` entry names (`run`, a folder beside `spec_path`; beside it
     `experiment`, the conf/experiment file that reruns it), epoch chosen on the synthetic hold-out / the private
     validation split / the real test set, then what the paper reports
     (`paper`; a method whose numbers come from another paper than the one most rows cite names it in `paper_name`)
-    and, beside a number of the G-PATE paper, the run's under that paper's own evaluation (authors_eval).
+    and, beside a number of the G-PATE paper, the run's under that paper's own evaluation (authors_eval), beside
+    one of a paper whose `paper_eval` is ptg, the run's under PATE-TripleGAN's evaluation (ptg_eval).
     A run the spec names must exist; a cell it leaves out reads "not run", or its `notes` entry (why no run stands
     there, e.g. what the planner says the budget buys)."""
     spec = OmegaConf.to_container(OmegaConf.load(spec_path))
@@ -322,6 +343,9 @@ def comparison_table(spec_path: Path) -> str:
             if reported is not None and paper_name == "paper":  # the G-PATE paper's: scored by its authors' evaluation
                 cell += f" (authors' eval {authors_eval(spec_path.parent / run_name if run_name else None)}, "
                 cell += f"paper {100 * reported:.2f})"
+            elif reported is not None and method.get("paper_eval") == "ptg":  # scored by that paper's evaluation
+                cell += f" (PTG's eval {ptg_eval(spec_path.parent / run_name if run_name else None)}, "
+                cell += f"{paper_name} {100 * reported:.2f})"
             elif reported is not None:
                 cell += f" ({paper_name} {100 * reported:.2f})"
             out.append(cell)
