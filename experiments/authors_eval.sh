@@ -2,7 +2,8 @@
 # The seed's table under its authors' evaluation (docs/EVALUATION.md, eval=reference), one cell of
 # experiments/authors_eval.runs after another: trained again from its experiment file (scripts/parallel_runs.py:
 # resumes a run cut off on the same machine), kept with its generator as docs/results/<name>_generator, then scored by
-# `python -m dpgen.reference_eval`. The evaluation (hours on a CPU) keeps its state in carry/reference_eval/, which is
+# `python -m dpgen.reference_eval` (a cell named ptg:<name>: by PATE-TripleGAN's evaluation, `evaluate.py eval=ptg`,
+# into <kept>/eval_ptg.json). The authors' evaluation (hours on a CPU) keeps its state in carry/reference_eval/, which is
 # committed (carry/README.md), so that it continues on the next machine; a training is too large to carry and must
 # end where it started. Each step skips what is done, so after an interruption the same command continues. From the
 # repository root:
@@ -16,14 +17,24 @@ python=${PYTHON:-.venv/bin/python}
 threads=${THREADS:-2}
 out=${OUT:-outputs/authors_eval}
 runs=${RUNS:-experiments/authors_eval.runs}
-while read -r name overrides; do
-  [[ -z "$name" || "$name" == \#* ]] && continue
+while read -r cell overrides; do
+  [[ -z "$cell" || "$cell" == \#* ]] && continue
+  name=${cell#ptg:}  # ptg:<name>: a cell the PATE-TripleGAN paper reports, scored by its evaluation (eval=ptg)
   kept=docs/results/${name}_generator
   if [ ! -f "$kept/metrics.json" ]; then
     "$python" scripts/parallel_runs.py <(echo "$name $overrides") "$out" --parallel 1 --threads "$threads" < /dev/null
     "$python" -m dpgen.report --keep "$out/$name" "$kept" < /dev/null
   fi
   [ -f "$kept/generator.pt" ] || { echo "error: $kept holds no generator (over the size a kept run may hold)"; exit 1; }
-  [ "${SCORE:-1}" = 0 ] || [ -f "$kept/eval_reference.json" ] || OMP_NUM_THREADS=$threads \
-    "$python" -m dpgen.reference_eval "$kept" --state "carry/reference_eval/${name}_generator.pt" < /dev/null
+  [ "${SCORE:-1}" = 0 ] && continue
+  if [ "$name" != "$cell" ]; then  # 20,000 samples, five trainings of 10 epochs: a 60th of the authors' passes
+    [ -f "$kept/eval_ptg.json" ] && continue
+    data=$("$python" -c "from omegaconf import OmegaConf; print(OmegaConf.load('$kept/config.yaml').data.name)")
+    OMP_NUM_THREADS=$threads "$python" generate.py run="$kept" n=20000 out="$out/$name/ptg_samples" < /dev/null
+    OMP_NUM_THREADS=$threads "$python" evaluate.py synthetic="$out/$name/ptg_samples/synthetic.npz" data="$data" \
+      eval=ptg '~eval.callbacks.image_quality' out="$kept/eval_ptg.json" < /dev/null
+  elif [ ! -f "$kept/eval_reference.json" ]; then  # hours on a CPU
+    OMP_NUM_THREADS=$threads "$python" -m dpgen.reference_eval "$kept" \
+      --state "carry/reference_eval/${name}_generator.pt" < /dev/null
+  fi
 done < "$runs"

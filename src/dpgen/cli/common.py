@@ -153,7 +153,7 @@ def metric_rows(results: dict) -> list[tuple[str, str]]:
     rows = []
     for key in ("downstream", "image_quality"):
         for name, value in flatten(results.get(key) or {}, key).items():
-            if not name.endswith("/step"):
+            if not name.endswith("/step") and "/settings/" not in name:  # how it was measured: in the file
                 rows.append((name, f"{value:.4g}"))
     return rows
 
