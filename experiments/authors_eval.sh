@@ -23,6 +23,7 @@ while read -r cell overrides; do
   kept=docs/results/${name}_generator
   if [ ! -f "$kept/metrics.json" ]; then
     "$python" scripts/parallel_runs.py <(echo "$name $overrides") "$out" --parallel 1 --threads "$threads" < /dev/null
+    [ -f "$out/$name/metrics.json" ] || { echo "error: $name did not finish: see $out/$name.log"; exit 1; }
     "$python" -m dpgen.report --keep "$out/$name" "$kept" < /dev/null
   fi
   [ -f "$kept/generator.pt" ] || { echo "error: $kept holds no generator (over the size a kept run may hold)"; exit 1; }
@@ -32,7 +33,8 @@ while read -r cell overrides; do
     data=$("$python" -c "from omegaconf import OmegaConf; print(OmegaConf.load('$kept/config.yaml').data.name)")
     OMP_NUM_THREADS=$threads "$python" generate.py run="$kept" n=20000 out="$out/$name/ptg_samples" < /dev/null
     OMP_NUM_THREADS=$threads "$python" evaluate.py synthetic="$out/$name/ptg_samples/synthetic.npz" data="$data" \
-      eval=ptg '~eval.callbacks.image_quality' out="$kept/eval_ptg.json" < /dev/null
+      eval=ptg '~eval.callbacks.image_quality' out="$out/$name/eval_ptg.json" < /dev/null  # its states stay there
+    cp "$out/$name/eval_ptg.json" "$kept/eval_ptg.json"
   elif [ ! -f "$kept/eval_reference.json" ]; then  # hours on a CPU
     OMP_NUM_THREADS=$threads "$python" -m dpgen.reference_eval "$kept" \
       --state "carry/reference_eval/${name}_generator.pt" < /dev/null

@@ -3,7 +3,8 @@
 # dropped) on a lent GPU machine and sends each back kept with its generator, ready for the authors' evaluation
 # (experiments/device_reference_eval.sh) or eval=ptg: $OUT/<name>_generator.tar.gz holds what
 # `python -m dpgen.report --keep` keeps (the generator in half precision: G-PATE's 14 MB, under the 16 MiB a file
-# that comes back may hold; at most 8 files come back). Here, untar each into docs/results/. $PARALLEL runs at a
+# that comes back may hold; at most 8 files come back, train.log one of them: 7 cells a call). Here, untar each into
+# docs/results/. $PARALLEL runs at a
 # time (default 3) with $THREADS threads (default 4), $EXTRA overrides for every run (default: trainer=gpu
 # logger=csv; G-PATE's cells also take their teachers 500 at a time), at most $TRAIN_SECONDS (default 480). The project's missing packages come as
 # wheels in .whl/ where the machine lacks them (experiments/device_dpmerf_sweep.sh).
@@ -19,7 +20,7 @@ mkdir -p "$out/kept"
 sed -e 's/^ptg://' -e '/experiment=gpate\//s/$/ method.module.teachers.chunk_size=500/' "$RUNS" > "$out/cells.runs"
 timeout "${TRAIN_SECONDS:-480}" "$python" scripts/parallel_runs.py "$out/cells.runs" "$out/runs" \
   --parallel "${PARALLEL:-3}" --threads "${THREADS:-4}" \
-  --extra ${EXTRA:-trainer=gpu logger=csv} 2>&1 | tee "$OUT/train.log"
+  --extra ${EXTRA-trainer=gpu logger=csv} 2>&1 | tee "$OUT/train.log"
 for run in "$out"/runs/*/; do
   name=$(basename "$run")
   [ -f "$run/metrics.json" ] || { echo "not finished: $name"; continue; }

@@ -252,9 +252,10 @@ def main() -> None:
                         help="each AIM round's estimate starts from the last model, as private-pgm's AIM does")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--state", type=Path, default=None,
-                        help="AIM's state, saved every round and removed when the run ends (default: "
-                             "<out>/aim_state.pkl; run.sh keeps it in carry/, committed, so that a run longer than "
-                             "a machine's life continues on the next)")
+                        help="AIM's state, saved every round (default: <out>/aim_state.pkl; run.sh keeps it in "
+                             "carry/, committed, so that a run longer than a machine's life continues on the next). "
+                             "A finished state gives a new estimate and sample of the same measurements "
+                             "(post-processing) until it is removed, once the cell's result is kept")
     args = parser.parse_args()
     state = args.state or args.out / "aim_state.pkl"
     cfg, edges = data_config(args.table), EDGES[args.table]
@@ -275,7 +276,6 @@ def main() -> None:
             **run, "smartnoise_synth": version("smartnoise-synth"),
             "cpu": cpu_model(), "threads": os.environ.get("OMP_NUM_THREADS")}
     (args.out / "peer.json").write_text(json.dumps(info, indent=2) + "\n")
-    state.unlink(missing_ok=True)  # the run is done: its measurements live on only in its synthetic table
     print(json.dumps(info))
 
 

@@ -9,10 +9,11 @@
 # AIM_MAX_MODEL_SIZE (MB; unset: AIM's default 80): a smaller cap, recorded in peer.json, for a shorter run.
 # AIM_ITERS (unset: smartnoise's 1,000 a round, from scratch): fewer mirror-descent iterations a round, each round
 # warm-started from the last model as private-pgm's AIM does; recorded in peer.json (give it its own output folder).
-# AIM saves its state after every round (carry/tabular_peers/<cell>.aim_state.pkl, peers.py resumable_aim; AIM_STATE_DIR
-# sets the folder): a cell started again after an interruption continues from its last round, on another machine too
-# once the state is committed (carry/README.md); the state is removed when the cell's synthetic table is written.
-# peer.json records its rounds, resumptions and total time.
+# AIM saves its state after every round (carry/tabular_peers/<cell>[_iters<n>][_mms<mb>].aim_state.pkl, peers.py
+# resumable_aim; AIM_STATE_DIR sets the folder): a cell started again after an interruption continues from its last
+# round, on another machine too once the state is committed (carry/README.md). A finished state stays until the
+# cell's result is kept in docs/results (then remove it): until then a lost outputs/ folder costs only the final
+# estimate and sample. peer.json records its rounds, resumptions and total time.
 # check_aim_resume.py (in the peers' environment) checks a cut and resumed run against an uninterrupted one.
 set -euo pipefail
 out=${1:-outputs/tabular_peers}
@@ -31,7 +32,7 @@ for cell in $cells; do
   if [ ! -f "$out/$name/synthetic.csv" ]; then
     OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} "$venv/bin/python" experiments/tabular_peers/peers.py --table "$table" \
       --mechanism "$mechanism" --epsilon "$eps" --out "$out/$name" \
-      --state "${AIM_STATE_DIR:-carry/tabular_peers}/$name.aim_state.pkl" \
+      --state "${AIM_STATE_DIR:-carry/tabular_peers}/$name${AIM_ITERS:+_iters$AIM_ITERS}${AIM_MAX_MODEL_SIZE:+_mms$AIM_MAX_MODEL_SIZE}.aim_state.pkl" \
       ${AIM_MAX_MODEL_SIZE:+--max-model-size "$AIM_MAX_MODEL_SIZE"} ${AIM_ITERS:+--aim-iters "$AIM_ITERS" --aim-warm-start}
   fi
   OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} "$python" evaluate.py synthetic="$out/$name/synthetic.csv" data="$table" \

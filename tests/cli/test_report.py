@@ -217,7 +217,7 @@ def test_the_comparison_table_takes_each_cell_from_the_run_its_spec_names(tmp_pa
     (ptg / "privacy.json").write_text(json.dumps({"private": True, "epsilon": 9.9, "delta": 1e-5,
                                                   "governing_bound": "data_independent"}))
     ptg_settings = {"n_samples": 20000, "max_epochs": 10, "val_fraction": 0.0, "patience": None, "repeats": 5,
-                    "cnn": "ptg", "optimizer": "adam", "lr": 1e-3, "batch_size": 128}
+                    "cnn": "ptg", "optimizer": "adam", "lr": 1e-3, "batch_size": 128, "selection": "synthetic"}
     (ptg / "eval_ptg.json").write_text(json.dumps({"downstream": {"accuracy": 0.6104, "settings": ptg_settings}}))
     docs = tmp_path / "docs"
     docs.mkdir()

@@ -250,6 +250,7 @@ def test_pate_triplegans_evaluation_as_its_paper_describes_it(mnist):
     once = DownstreamUtility(**settings, seed=1).evaluate_synthetic(*samples, dm)
     accuracies = results["repeat_accuracies"]
     assert len(accuracies) == 3 and results["accuracy"] == pytest.approx(np.mean(accuracies))
+    assert results["synthetic"]["accuracy"] == results["accuracy"]  # what the comparison reads, the mean too
     assert accuracies[1] == once["accuracy"]  # the second training is the one of seed 1
     assert len(set(accuracies)) > 1 and min(accuracies) > 0.3  # other seeds, and real digits learned
     with pytest.raises(ValueError, match="repeats"):

@@ -110,8 +110,9 @@ class DownstreamUtility(EvaluationCallback):
     when it would take them past `private_val_budget` (None: no stated budget). `sample_batch_norm` b: the
     generator's samples are drawn with BatchNorm on batches of b (eval=reference for G-PATE, as its authors drew
     them); None: as the method releases them. `repeats` r > 1 (images): the classifier is trained r times on the
-    same samples, from seeds `seed`, `seed + 1`, ...; `accuracy` is the mean of their accuracies (each in
-    `repeat_accuracies`, their spread `repeat_std`) and every other field is the first training's."""
+    same samples, from seeds `seed`, `seed + 1`, ...; `accuracy` (and each choice's, `synthetic` and `test`) is the
+    mean of their accuracies (each in `repeat_accuracies`, their spread `repeat_std`); the epochs and the history
+    are the first training's."""
 
     name = "downstream"
 
@@ -257,10 +258,14 @@ class DownstreamUtility(EvaluationCallback):
                 selection=self.selection, private_val=private, choose=choose,
             ) for i in range(self.repeats)]
             results = runs[0]
-            if self.repeats > 1:  # the same samples, a classifier trained anew from each seed
+            if self.repeats > 1:  # the same samples, a classifier trained anew from each seed: mean accuracies
                 accuracies = [run["accuracy"] for run in runs]
                 results = {**results, "accuracy": float(np.mean(accuracies)), "repeat_accuracies": accuracies,
                            "repeat_std": float(np.std(accuracies))}
+                for chosen in ("synthetic", "test"):
+                    results[chosen] = {**results[chosen],
+                                       "accuracy": float(np.mean([run[chosen]["accuracy"] for run in runs]))}
+                results["max_test_accuracy"] = results["test"]["accuracy"]
             if private is not None:
                 results["private_val"].update(mechanism=MECHANISM, epsilon=self.private_val_epsilon)
             return results

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -69,7 +70,7 @@ def identity(cells: list[dict]) -> str:
     its data set and the samples' settings (the samples themselves, drawn again there, may differ in their last
     bits)."""
     return "\n".join(f"{hashlib.sha256((cell['run'] / 'generator.pt').read_bytes()).hexdigest()} {cell['data']} "
-                     f"{json.dumps(cell['settings'], sort_keys=True, default=str)} {cell['synthetic']}"
+                     f"{json.dumps(cell['settings'], sort_keys=True)} {cell['synthetic']}"
                      for cell in cells)
 
 
@@ -109,7 +110,7 @@ def evaluate_runs(runs: list[Path], device: str | None = None, state: Path | Non
     results = []
     for cell, history in zip(cells, histories):
         tested = [record["test_accuracy"] for record in history]
-        machines = Counter(record.pop("machine") for record in history)
+        machines = Counter(record.pop("machine", "not recorded") for record in history)
         best = max(tested)
         result = {
             "evaluation": "the G-PATE authors' (eval=reference): the highest real-test accuracy of the epochs",
@@ -146,7 +147,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--out", type=Path, default=None, help="where a shortened evaluation writes its files")
     args = parser.parse_args(argv)
     if args.state is None:  # one file per set of runs: another set's evaluation never meets this one's state
-        runs = "\n".join(sorted(str(run.resolve()) for run in args.runs))
+        # the runs' paths from here (the repository root), so that a checkout elsewhere finds the same file
+        runs = "\n".join(sorted(os.path.relpath(run.resolve(), Path.cwd().resolve()) for run in args.runs))
         args.state = Path("outputs/reference_eval") / f"{hashlib.sha256(runs.encode()).hexdigest()[:16]}.pt"
     try:
         return evaluate_runs(args.runs, args.device, args.state, args.epochs, args.n_samples, args.out)

@@ -235,7 +235,8 @@ RUNS = "RUNS.md"  # beside RESULTS.md: the page of the full run table, where the
 REFERENCE_EVAL = "eval_reference.json"  # in a run folder: its generator under the G-PATE authors' evaluation
 PTG_EVAL = "eval_ptg.json"  # in a run folder: evaluate.py eval=ptg of its samples (PATE-TripleGAN's evaluation)
 # the settings of eval=ptg that make its number PATE-TripleGAN's protocol (conf/eval/ptg.yaml)
-PTG_SETTINGS = ("n_samples", "max_epochs", "val_fraction", "patience", "repeats", "cnn", "optimizer", "lr", "batch_size")
+PTG_SETTINGS = ("n_samples", "max_epochs", "val_fraction", "patience", "repeats", "cnn", "optimizer", "lr", "batch_size",
+                "selection")
 COMPARISON_BEGIN, COMPARISON_END = "<!-- comparison -->", "<!-- /comparison -->"
 
 
