@@ -28,7 +28,7 @@ while read -r cell overrides; do
   fi
   [ -f "$kept/generator.pt" ] || { echo "error: $kept holds no generator (over the size a kept run may hold)"; exit 1; }
   [ "${SCORE:-1}" = 0 ] && continue
-  if [ "$name" != "$cell" ]; then  # 20,000 samples, five trainings of 10 epochs: a 60th of the authors' passes
+  if [ "$name" != "$cell" ]; then  # 20,000 samples, five trainings of 10 epochs: a 23rd of the authors' work
     [ -f "$kept/eval_ptg.json" ] && continue
     data=$("$python" -c "from omegaconf import OmegaConf; print(OmegaConf.load('$kept/config.yaml').data.name)")
     OMP_NUM_THREADS=$threads "$python" generate.py run="$kept" n=20000 out="$out/$name/ptg_samples" < /dev/null
