@@ -57,6 +57,7 @@ ADDED_SINCE = {
     "eval.callbacks.downstream.private_val_epsilon": math.inf, "eval.callbacks.downstream.cnn": "appendix_e",
     "eval.callbacks.downstream.optimizer": "adam", "eval.callbacks.downstream.lr": 1e-3,
     "eval.callbacks.downstream.batch_size": 128, "eval.callbacks.downstream.state_file": None,
+    "eval.callbacks.downstream.repeats": 1,  # the image classifier trained once
 }
 # Fields that do not change what a run computes, left out of the comparison with its kept run: where the run wrote
 # (output_dir, the logger's folder and version), the checkpoint an interrupted run continued from (resume: the same
