@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 
 from dpgen.cli.common import CONF_DIR, console, fail, machine
 from dpgen.cli.generate import load_release, sample
-from dpgen.cli.report import REFERENCE_EVAL
+from dpgen.cli.report import REFERENCE_EVAL, config_file
 from dpgen.evaluation.downstream import CNNS
 from dpgen.evaluation.stacked import train_stacked
 from dpgen.files import atomic_write_text
@@ -39,7 +39,7 @@ def authors_settings(data: str) -> dict:
 
 
 def run_config(run: Path):
-    path = next((p for p in (run / "config.yaml", run / ".hydra" / "config.yaml") if p.is_file()), None)
+    path = config_file(run)
     if path is None:
         raise FileNotFoundError(f"{run}: no config.yaml (a kept run) nor .hydra/config.yaml (a train.py run)")
     return OmegaConf.load(path)
