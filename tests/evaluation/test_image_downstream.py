@@ -5,7 +5,7 @@ import torch
 
 from dpgen.evaluation.downstream import image_accuracy
 from dpgen.evaluation.training import accuracy, train_classifier
-from dpgen.nn.classifier import CNNClassifier, downstream_cnn, reference_script_cnn
+from dpgen.nn.classifier import CNNClassifier, KerasDropout, downstream_cnn, reference_script_cnn
 
 
 def test_cnn_shapes_and_features():
@@ -28,6 +28,39 @@ def test_the_reference_scripts_cnn_layer_by_layer():
     assert all(not b.any() for name, b in model.named_parameters() if name.endswith("bias"))
     fc = model[8].weight  # Glorot uniform: bound sqrt(6 / (fan_in + fan_out))
     assert fc.abs().max() <= (6 / (7744 + 64)) ** 0.5 < 3 * fc.std()
+
+
+def test_the_reference_cnn_pools_before_relu_as_the_script_relus_before_pooling():
+    """Max-pool then ReLU (reference_script_cnn) against the script's ReLU then max-pool, same weights and dropout
+    masks: the same logits and the same gradients, bit for bit."""
+    model = reference_script_cnn(1, 10, 28)
+    script = torch.nn.Sequential(*[model[i] for i in (0, 2, 1, *range(3, len(model)))])
+    x = torch.randn(64, 1, 28, 28)
+    for train in (False, True):
+        grads = []
+        for net in (model, script):
+            net.train(train)
+            net.zero_grad()
+            torch.manual_seed(0)  # the same dropout masks in both
+            out = net(x)
+            out.square().sum().backward()
+            grads.append((out.detach(), [p.grad.clone() for p in net.parameters()]))
+        assert torch.equal(grads[0][0], grads[1][0])
+        assert all(torch.equal(a, b) for a, b in zip(grads[0][1], grads[1][1]))
+
+
+def test_keras_dropout_keeps_where_a_uniform_draw_reaches_p():
+    """Kept where torch.rand >= p (TensorFlow's keep mask), scaled by 1 / (1 - p); identity in eval mode."""
+    drop = KerasDropout(0.25)
+    x = torch.rand(200, 500) + 1
+    torch.manual_seed(3)
+    out = drop(x)
+    torch.manual_seed(3)
+    keep = torch.rand_like(x) >= 0.25
+    assert torch.equal(out != 0, keep)
+    torch.testing.assert_close(out[keep], x[keep] / 0.75)
+    assert abs(keep.float().mean().item() - 0.75) < 0.005  # 100,000 draws: sd 0.0014
+    assert torch.equal(drop.eval()(x), x)
 
 
 def test_cnn_on_few_hundred_real_images_beats_chance(mnist):

@@ -79,15 +79,26 @@ def domain_classifier(in_channels: int, num_classes: int, image_size: int | tupl
                          conv_dropout=0.0)
 
 
+class KerasDropout(nn.Dropout):
+    """Dropout as Keras draws it (TensorFlow's nn.dropout): keep an element where a uniform draw is at least p, and
+    scale the kept by 1 / (1 - p). torch.rand is about 2.8 times faster than nn.Dropout's bernoulli_ on a CPU."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0:
+            return x
+        return x * (torch.rand_like(x) >= self.p).to(x.dtype).div_(1 - self.p)
+
+
 def reference_script_cnn(in_channels: int, num_classes: int, image_size: int | tuple[int, int]) -> nn.Sequential:
     """The CNN of the reference G-PATE code's evaluation script (evaluation/train-classifier-mnist.py there, Keras):
     conv 32 3x3 (no padding) -> ReLU -> max-pool 2 -> dropout 0.2 -> conv 64 3x3 (no padding) -> ReLU -> dropout
     0.25 -> dense 64 -> ReLU -> dense, with Keras' Glorot-uniform weights and zero biases. Returns logits."""
     height, width = (image_size, image_size) if isinstance(image_size, int) else image_size
     features = 64 * ((height - 2) // 2 - 2) * ((width - 2) // 2 - 2)
+    # max-pool before ReLU: the same function and gradients (ReLU is monotone), on a quarter of the elements
     model = nn.Sequential(
-        nn.Conv2d(in_channels, 32, kernel_size=3), nn.ReLU(), nn.MaxPool2d(2), nn.Dropout(0.2),
-        nn.Conv2d(32, 64, kernel_size=3), nn.ReLU(), nn.Dropout(0.25), nn.Flatten(),
+        nn.Conv2d(in_channels, 32, kernel_size=3), nn.MaxPool2d(2), nn.ReLU(), KerasDropout(0.2),
+        nn.Conv2d(32, 64, kernel_size=3), nn.ReLU(), KerasDropout(0.25), nn.Flatten(),
         nn.Linear(features, 64), nn.ReLU(), nn.Linear(64, num_classes),
     )
     for layer in model:
