@@ -44,6 +44,11 @@ def data_hash(cfg) -> str:
     return config_sha256(OmegaConf.to_container(cfg.data, resolve=True))
 
 
+def config_file(run: Path) -> Path | None:
+    """The resolved configuration of a run folder (train.py's) or of a kept run (`--keep`)."""
+    return next((p for p in (run / ".hydra" / "config.yaml", run / "config.yaml") if p.exists()), None)
+
+
 def fail(message: str) -> None:
     """A user's mistake: one error line, exit status 2."""
     console.print(f"[bold red]error:[/] {message}", soft_wrap=True)

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.progress import track
 from torchvision.utils import save_image
 
-from dpgen.cli.common import CONF_DIR, check_config, console, run_job
+from dpgen.cli.common import CONF_DIR, check_config, config_file, console, run_job
 from dpgen.data.errors import DataError
 from dpgen.data.tables import decode
 from dpgen.methods.guide import relabel
@@ -65,7 +65,7 @@ def table_schema(release: dict, run: Path) -> dict | None:
         return None
     if release.get("table_schema"):
         return release["table_schema"]
-    recorded = next((p for p in (run / ".hydra" / "config.yaml", run / "config.yaml") if p.is_file()), None)
+    recorded = config_file(run)
     if recorded is None:  # a kept run (python -m dpgen.report --keep) has its config.yaml at the top
         console.print(f"[yellow]note:[/] neither {run / '.hydra' / 'config.yaml'} nor {run / 'config.yaml'} exists: "
                       "the CSV has the encoded columns, not the file's", soft_wrap=True)

@@ -19,9 +19,9 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from dpgen.cli.common import CONF_DIR, console, fail, machine
+from dpgen.cli.common import CONF_DIR, config_file, console, fail, machine
 from dpgen.cli.generate import load_release, sample
-from dpgen.cli.report import REFERENCE_EVAL, config_file
+from dpgen.cli.report import REFERENCE_EVAL
 from dpgen.evaluation.downstream import CNNS
 from dpgen.evaluation.stacked import train_stacked
 from dpgen.files import atomic_write_text

@@ -39,7 +39,7 @@ from omegaconf import OmegaConf  # noqa: E402
 import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from dpgen.cli.common import CONF_DIR, console, fail  # noqa: E402
+from dpgen.cli.common import CONF_DIR, config_file, console, fail  # noqa: E402
 from dpgen.cli.generate import load_release  # noqa: E402
 from dpgen.files import atomic_write  # noqa: E402
 from dpgen.privacy.selection import NOT_DP, dp_epsilon  # noqa: E402
@@ -53,11 +53,6 @@ def find_runs(paths: list[Path]) -> list[Path]:
             raise FileNotFoundError(f"{path}: no such run or multirun folder")
         runs |= {p.parent for p in path.rglob("metrics.json") if config_file(p.parent)}
     return sorted(runs)
-
-
-def config_file(run: Path) -> Path | None:
-    """The resolved configuration of a run folder (train.py's) or of a kept run (`--keep`)."""
-    return next((p for p in (run / ".hydra" / "config.yaml", run / "config.yaml") if p.exists()), None)
 
 
 def command(run: Path, metrics: dict) -> str | None:
