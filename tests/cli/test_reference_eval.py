@@ -41,9 +41,10 @@ def test_a_tiny_gpate_run_scored_by_the_authors_evaluation(tmp_path, monkeypatch
 
     monkeypatch.setattr(reference_eval, "sample", resampled)
     monkeypatch.setattr(reference_eval, "machine", lambda where: "machine B")
-    with caplog.at_level(logging.INFO, logger="dpgen.evaluation.training"):
+    with caplog.at_level(logging.INFO):
         [result] = main(args)
     assert "resumed after epoch 1" in caplog.text
+    assert "stacked classifiers: epoch 2/2, test accuracy" in caplog.text  # progress, one line an epoch
     written = json.loads((out / "run.json").read_text())
     assert written["epochs_by_machine"] == {"machine A": 1, "machine B": 1} and written["seconds_per_cell"] > 0
     assert written == json.loads(json.dumps(result))

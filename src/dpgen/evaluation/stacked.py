@@ -145,8 +145,9 @@ def train_stacked(
                 record["machine"] = machine
             history.append(record)
             if progress:
-                log.info("stacked classifiers: epoch %d/%d, test accuracy %s, %.1f s", epoch, max_epochs,
-                         " ".join(f"{a:.4f}" for a in tested), record["seconds"])
+                log.info("stacked classifiers: epoch %d/%d, test accuracy %s, %.1f s, about %.1f h left", epoch,
+                         max_epochs, " ".join(f"{a:.4f}" for a in tested), record["seconds"],
+                         record["seconds"] * (max_epochs - epoch) / 3600)
             if resumable is not None:
                 resumable.save(stacked, optimizer, None, history, {}, [])
     if resumable is not None:
