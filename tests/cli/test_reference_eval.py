@@ -45,6 +45,9 @@ def test_a_tiny_gpate_run_scored_by_the_authors_evaluation(tmp_path, monkeypatch
         [result] = main(args)
     assert "resumed after epoch 1" in caplog.text
     assert "stacked classifiers: epoch 2/2, test accuracy" in caplog.text  # progress, one line an epoch
+    shown = logging.getLogger("dpgen.evaluation.stacked").isEnabledFor(logging.INFO)  # outside caplog's level too
+    logging.getLogger("dpgen").setLevel(logging.NOTSET)
+    assert shown
     written = json.loads((out / "run.json").read_text())
     assert written["epochs_by_machine"] == {"machine A": 1, "machine B": 1} and written["seconds_per_cell"] > 0
     assert written == json.loads(json.dumps(result))

@@ -147,7 +147,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--n-samples", type=int, default=None, help="fewer samples than the authors' (a check; --out)")
     parser.add_argument("--out", type=Path, default=None, help="where a shortened evaluation writes its files")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")  # each epoch's line (hours of them)
+    logging.basicConfig(format="%(asctime)s %(message)s")  # a handler where no import has set one up
+    logging.getLogger("dpgen").setLevel(logging.INFO)  # each epoch's line (hours of them)
     if args.state is None:  # one file per set of runs: another set's evaluation never meets this one's state
         # the runs' paths from here (the repository root), so that a checkout elsewhere finds the same file
         runs = "\n".join(sorted(os.path.relpath(run.resolve(), Path.cwd().resolve()) for run in args.runs))
