@@ -5,7 +5,8 @@ its own learning rate: it is trained as `train_classifier(optimizer="sgd")` woul
 without dropout, the same weights up to float rounding; with dropout, equal in distribution: the masks come from
 one shared stream, and `train_classifier` draws its order from that stream too).
 On a GPU the K models run as one vectorized model (vmap), in about the time of one; on a CPU, where vmap's batched
-convolutions ran at half the rate of one model's own (docs/LOG.md), each model runs its own kernels in turn."""
+convolutions ran at half the rate of one model's own (docs/LOG.md), each model runs its own kernels in turn, its
+convolutions' weights channels-last."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ log = logging.getLogger(__name__)
 
 
 def channels_last(p: torch.Tensor) -> torch.Tensor:
+    """A convolution's weight restrided channels-last (`.to`: `.contiguous` leaves a one-channel weight as it is,
+    and the weights decide the layout of a one-channel input's convolution); other parameters as they are."""
     return p.to(memory_format=torch.channels_last) if p.dim() == 4 else p
 
 
