@@ -8,6 +8,8 @@
 # end where it started. Each step skips what is done, so after an interruption the same command continues. From the
 # repository root:
 #   bash experiments/authors_eval.sh
+# On a CPU the evaluation is most efficient at one thread a process (docs/results/benchmarks/): give two processes
+# their own RUNS files and THREADS=1 to use two cores.
 # PYTHON (default .venv/bin/python), THREADS (default 2), OUT (default outputs/authors_eval), RUNS (default
 # experiments/authors_eval.runs), SCORE (default 1; 0: train and keep every cell, score none: for a machine without
 # a GPU, whose evaluation of one cell takes hours, while a lent GPU scores several in minutes). The comparison's cells (docs/results/comparison.yaml) are switched to the new kept
