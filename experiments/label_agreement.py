@@ -3,7 +3,7 @@ label to a classifier trained on the real data (the domain classifier shipped wi
 per class with what they are taken for. The samples are drawn as `python -m dpgen.reference_eval` draws them (its
 method's authors' way: G-PATE's BatchNorm on batches of its training batch), so the number sits beside that
 evaluation's: where the two differ, the samples carry class information that the real data's classifier does not
-read but a classifier trained on them does (docs/LOG.md, "The authors' evaluation")."""
+read but a classifier trained on them does (docs/LOG.md, "The authors' evaluation: cost")."""
 from __future__ import annotations
 
 import argparse
