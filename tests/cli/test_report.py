@@ -247,3 +247,41 @@ def test_the_comparison_table_takes_each_cell_from_the_run_its_spec_names(tmp_pa
     (results / "comparison.yaml").write_text("columns: {mnist: [1]}\nmethods:\n  - {name: X, cells: {mnist_1: {run: gone}}}\n")
     with pytest.raises(FileNotFoundError, match="gone .cell X, mnist_1. is no kept run"):
         main([str(results), "--out", str(docs)])
+
+
+def test_the_authors_evaluation_is_drawn_epoch_by_epoch_beside_the_papers_number(tmp_path, monkeypatch):
+    results = tmp_path / "results"
+    history = [{"epoch": e, "loss": 1.0 / e, "test_accuracy": a, "seconds": 1.0}
+               for e, a in enumerate([0.5, 0.75, 0.7, 0.6], start=1)]
+    settings = {"max_epochs": 600, "n_samples": 100000, "batch_size": 512, "lr": 1e-3, "cnn": "reference_script"}
+    for method, eps, curve in (("gpate", 10.0, history), ("gan", "inf", history[:2]), ("ptg", 10.0, history)):
+        run = fake_run(results, method, "mnist", eps, private(10.0, 0.11, 9.9) if method != "gan" else
+                       {"privacy": {"private": False}, "downstream": {"accuracy": 0.92}})
+        (run / "privacy.json").write_text(json.dumps(DATA_DEPENDENT))
+        (run / "eval_reference.json").write_text(json.dumps({"data": "mnist", "settings": settings, "downstream": {
+            "max_test_accuracy": max(r["test_accuracy"] for r in curve), "history": curve}}))
+    spec = ("columns: {mnist: [10]}\nmethods:\n"
+            "  - {name: G-PATE, cells: {mnist_10: {run: gpate_mnist_10.0}}, paper: {mnist_10: 0.8092}}\n"
+            "  - {name: GAN, cells: {mnist: {run: gan_mnist_inf}}}\n"
+            "  - {name: PTG, cells: {mnist_10: {run: ptg_mnist_10.0}}, paper: {mnist_10: 0.6073}, paper_name: PTG paper}\n")
+    (results / "comparison.yaml").write_text(spec)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "RESULTS.md").write_text("<!-- comparison -->\n<!-- /comparison -->\n<!-- report -->\n<!-- /report -->\n")
+    lines, dashed = {}, []
+    plot, axhline = plt.Axes.plot, plt.Axes.axhline
+    monkeypatch.setattr(plt.Axes, "plot", lambda ax, *a, **kw: lines.setdefault(kw.get("label"), a) and plot(ax, *a, **kw))
+    monkeypatch.setattr(plt.Axes, "axhline", lambda ax, y, **kw: dashed.append((y, kw["label"])) or axhline(ax, y, **kw))
+    main([str(results), "--out", str(docs)])
+    # each cell's epochs as recorded, its best epoch in the legend and marked; the paper's number beside G-PATE's;
+    # the cell of another paper (scored by that paper's evaluation) left out
+    assert lines["G-PATE, mnist, eps 10: best 75.0 (epoch 2)"] == ([1, 2, 3, 4], [50.0, 75.0, 70.0, 60.0])
+    assert lines["GAN, mnist: best 75.0 (epoch 2)"] == ([1, 2], [50.0, 75.0])
+    assert lines[None] == ([2], [75.0]) and not any(str(label).startswith("PTG") for label in lines)
+    assert [line for line in dashed if "paper" in line[1]] == [(pytest.approx(80.92), "G-PATE, mnist, eps 10: paper 80.92")]
+    assert Image.open(docs / "authors_eval.png").size[0] > 0
+    for run in results.glob("*/eval_reference.json"):
+        run.unlink()
+    (docs / "authors_eval.png").unlink()
+    main([str(results), "--out", str(docs)])
+    assert not (docs / "authors_eval.png").exists()  # no cell evaluated: no empty picture

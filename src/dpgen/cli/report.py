@@ -15,7 +15,9 @@ writes them, or `metrics.json` and `config.yaml`, as `--keep` stores them) is on
   non-private runs (eps = inf) as dashed horizontal lines, noise-free controls of private methods
   (`method.private=false`) not drawn; `--accuracy synthetic|private_val|test` chooses which
   image accuracy it draws;
-- `samples.png`: the final sample grid of every image run, titled by method, dataset and budget.
+- `samples.png`: the final sample grid of every image run, titled by method, dataset and budget;
+- `authors_eval.png` (with a `comparison.yaml`): each cell's epochs under the G-PATE authors' evaluation, beside
+  the paper's number.
 
 `python -m dpgen.report --keep <run dir> docs/results/<name>` stores the small files of a run (metrics.json,
 privacy.json, the resolved config.yaml and overrides.yaml, the final sample grid, the generator in half precision
@@ -374,6 +376,43 @@ def plot_utility(rows: list[dict], path: Path, accuracy: str = "synthetic") -> N
     plt.close(fig)
 
 
+def plot_authors_eval(spec_path: Path, path: Path) -> bool:
+    """The G-PATE authors' evaluation of each comparison cell that holds one with its epochs' history (as
+    reference_eval writes it): real-test accuracy per epoch, the best epoch marked, the G-PATE paper's number as a
+    dashed line of the same colour. False (nothing written) when no cell has one."""
+    spec = OmegaConf.to_container(OmegaConf.load(spec_path))
+    curves = []
+    for method in spec["methods"]:
+        if method.get("paper_name", "paper") != "paper":  # numbers of another paper: scored by its evaluation
+            continue
+        for key, cell in (method.get("cells") or {}).items():
+            result = spec_path.parent / cell["run"] / REFERENCE_EVAL
+            history = json.loads(result.read_text())["downstream"].get("history") if result.is_file() else None
+            if history:
+                data, _, eps = key.rpartition("_")
+                label = f"{method['name']}, {data}, eps {eps}" if data in spec["columns"] else f"{method['name']}, {key}"
+                curves.append((label, history, (method.get("paper") or {}).get(key)))
+    if not curves:
+        return False
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for label, history, reported in curves:
+        epochs = [record["epoch"] for record in history]
+        tested = [100 * record["test_accuracy"] for record in history]
+        best = tested.index(max(tested))
+        line, = ax.plot(epochs, tested, label=f"{label}: best {tested[best]:.1f} (epoch {epochs[best]})")
+        ax.plot([epochs[best]], [tested[best]], marker="o", color=line.get_color())
+        if reported is not None:
+            ax.axhline(100 * reported, linestyle="--", color=line.get_color(), label=f"{label}: paper {100 * reported:.2f}")
+    ax.set_xlabel("epoch of the authors' classifier (SGD, 100,000 samples)")
+    ax.set_ylabel("real-test accuracy (%)")
+    ax.set_title("The G-PATE authors' evaluation: the best real-test epoch is the number", fontsize="medium")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
 def plot_samples(rows: list[dict], path: Path) -> bool:
     """One panel per run with a final sample grid; False (nothing written) when no run has one."""
     rows = [r for r in rows if r["grid"].exists()]
@@ -439,6 +478,8 @@ def main(argv: list[str] | None = None) -> Path:
                 if readme.is_file() and WHICH_BEGIN in readme.read_text():
                     write_block(readme, which_method(spec), WHICH_BEGIN, WHICH_END)
                     written.append(str(readme))
+            if plot_authors_eval(spec, out / "authors_eval.png"):
+                written.append("authors_eval.png")
             cells = comparison_runs(spec)  # the plots draw the comparison's cells: one line per method and data
             rows = [row for row in rows if Path(row["path"]).resolve() in cells]
     else:
