@@ -101,15 +101,20 @@ def decode(codes: pd.DataFrame, cfg: dict, edges: dict, rng: np.random.Generator
     return pd.DataFrame(out)
 
 
-def resumable_aim(checkpoint: Path, iters: int = 1000, warm_start: bool = False, **options):
+def resumable_aim(checkpoint: Path, iters: int = 1000, warm_start: bool = False, oracle: str = "stable", **options):
     """smartnoise's AIM whose state is saved in every round, so that a run longer than the machine allows resumes
     where it stopped. The rounds are smartnoise's own (its AIMSynthesizer.AIM, McKenna et al. 2022 Algorithm 1: one-way
     marginals first, then per round an exponential-mechanism choice and a Gaussian measurement, the noise halved when
     a measurement changes the model by less than its noise), built from its helpers. smartnoise re-estimates the
     model from scratch with 1,000 mirror-descent iterations every round (the defaults here); `warm_start` starts each
     round's estimate from the last model, as private-pgm's own AIM does, and `iters` sets its iterations (the first
-    and the final estimate keep 1,000): a stated deviation that shortens a long run. Estimation is post-processing
-    of the measurements: neither option changes the privacy cost.
+    and the final estimate keep 1,000): a stated deviation that shortens a long run. `oracle` is the marginal oracle
+    of the estimate: "stable", smartnoise's (mbi's message_passing_stable), or "fast", mbi's default that private-pgm's
+    own AIM uses (message_passing_fast: the same junction-tree marginals through einsum, about 5 times as fast on
+    an 80 MB model); the two differ only in float rounding, so a run may change oracle when it resumes: the state
+    lists from which round each oracle estimated (`oracles`), and an estimate of "fast" that is not finite is made
+    again by "stable" (counted in `stable_fallbacks`).
+    Estimation is post-processing of the measurements: none of these options changes the privacy cost.
 
     Privacy of a resumed run: a round's choice and measurement are saved, with the budget they use, right after they
     are drawn and before anything else (the model's estimate, the noise-halving test: post-processing, redone from
@@ -127,8 +132,14 @@ def resumable_aim(checkpoint: Path, iters: int = 1000, warm_start: bool = False,
             def estimate(state, iterations=1000, last=None):
                 measured = [LinearMeasurement(y, cl, sd) for y, cl, sd in state["measurements"]]
                 start = last.potentials if warm_start and last is not None else None
-                return estimation.mirror_descent(data.domain, measured, iters=iterations, potentials=start,
-                                                 marginal_oracle=marginal_oracles.message_passing_stable)
+                for name in dict.fromkeys((oracle, "stable")):
+                    model = estimation.mirror_descent(data.domain, measured, iters=iterations, potentials=start,
+                                                      marginal_oracle=getattr(marginal_oracles,
+                                                                              f"message_passing_{name}"))
+                    if all(np.isfinite(np.asarray(model.marginals[cl].values)).all() for cl in model.cliques):
+                        break
+                    state["stable_fallbacks"] = state.get("stable_fallbacks", 0) + (name != "stable")
+                return model
 
             def measure(cl, sigma):
                 x = np.asarray(data.project(cl).datavector())
@@ -152,14 +163,19 @@ def resumable_aim(checkpoint: Path, iters: int = 1000, warm_start: bool = False,
                     raise SystemExit(f"error: {checkpoint} holds an AIM run of other data or settings; remove it "
                                      "to start over")
                 state["resumed"] += 1
-                print(f"resumed after round {state['round']}, budget used {state['rho_used'] / self.rho:.3f}")
+                state.setdefault("oracles", [[0, "stable"]])  # a state from before the option: smartnoise's
+                if state["oracles"][-1][1] != oracle:
+                    state["oracles"].append([state["round"], oracle])  # this round's estimate on
+                print(f"resumed after round {state['round']}, budget used {state['rho_used'] / self.rho:.3f}, "
+                      f"marginal oracle {oracle}")
             else:
                 rounds = self.rounds or 16 * len(data.domain)
                 sigma = np.sqrt(rounds / (2 * 0.9 * self.rho))
                 oneway = [cl for cl in candidates if len(cl) == 1]
                 state = {"key": key, "sigma": sigma, "epsilon": np.sqrt(8 * 0.1 * self.rho / rounds), "round": 0,
                          "resumed": 0, "rho_used": len(oneway) * 0.5 / sigma ** 2, "terminate": False,
-                         "seconds": 0.0, "pending": None, "measurements": [measure(cl, sigma) for cl in oneway]}
+                         "seconds": 0.0, "pending": None, "oracles": [[0, oracle]],
+                         "measurements": [measure(cl, sigma) for cl in oneway]}
             before = state["seconds"]
             save(state)
             model = estimate(state)
@@ -200,7 +216,7 @@ def resumable_aim(checkpoint: Path, iters: int = 1000, warm_start: bool = False,
 
 def synthesize(codes: pd.DataFrame, cards: list[int], mechanism: str, epsilon: float, delta: float,
                n: int, state: Path, max_model_size: float | None = None, aim_iters: int = 1000,
-               aim_warm_start: bool = False) -> tuple[pd.DataFrame, dict]:
+               aim_warm_start: bool = False, aim_oracle: str = "stable") -> tuple[pd.DataFrame, dict]:
     from snsynth import Synthesizer
     from snsynth.transform import BinTransformer, TableTransformer
 
@@ -208,7 +224,7 @@ def synthesize(codes: pd.DataFrame, cards: list[int], mechanism: str, epsilon: f
     transformer = TableTransformer([BinTransformer(bins=k, lower=0, upper=k) for k in cards])
     if mechanism == "aim":
         options = {} if max_model_size is None else {"max_model_size": max_model_size}  # its default: 80 MB
-        synth = resumable_aim(state, aim_iters, aim_warm_start, epsilon=epsilon, delta=delta,
+        synth = resumable_aim(state, aim_iters, aim_warm_start, aim_oracle, epsilon=epsilon, delta=delta,
                               **options)
     else:
         synth = Synthesizer.create(mechanism, epsilon=epsilon, delta=delta, verbose=True)
@@ -220,7 +236,9 @@ def synthesize(codes: pd.DataFrame, cards: list[int], mechanism: str, epsilon: f
     # AIM: its rounds' time in every process (not the part of a round a cut lost), then the final estimate and sample
     run = {"seconds": round(time.time() - start, 1)} if state is None else {
         "seconds": round(state["seconds"] + time.time() - synth.rounds_ended, 1), "rounds": state["round"],
-        "resumed": state["resumed"], "budget_used": round(state["rho_used"] / synth.rho, 6)}
+        "resumed": state["resumed"], "budget_used": round(state["rho_used"] / synth.rho, 6),
+        "marginal_oracle_from_round": state["oracles"],  # [round, oracle]: from that round's estimate on
+        "stable_fallbacks": state.get("stable_fallbacks", 0)}
     # the fixed-bounds transformer returns bin midpoints k + 0.5
     return frame.apply(lambda col: np.floor(col.astype(float)).astype(int).clip(0, None)), run
 
@@ -250,6 +268,10 @@ def main() -> None:
                              "deviation, with --aim-warm-start)")
     parser.add_argument("--aim-warm-start", action="store_true",
                         help="each AIM round's estimate starts from the last model, as private-pgm's AIM does")
+    parser.add_argument("--aim-oracle", choices=["stable", "fast"], default="stable",
+                        help="AIM's marginal oracle: smartnoise's message_passing_stable (default) or mbi's default "
+                             "message_passing_fast, as private-pgm's own AIM (the same marginals up to float rounding, "
+                             "about 5 times as fast on a large model); a resumed run may change it")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--state", type=Path, default=None,
                         help="AIM's state, saved every round (default: <out>/aim_state.pkl; run.sh keeps it in "
@@ -265,7 +287,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     state.parent.mkdir(parents=True, exist_ok=True)
     synthetic, run = synthesize(codes, cards, args.mechanism, args.epsilon, args.delta, n, state,
-                                args.max_model_size, args.aim_iters, args.aim_warm_start)
+                                args.max_model_size, args.aim_iters, args.aim_warm_start, args.aim_oracle)
     decode(synthetic, cfg, edges, np.random.default_rng(args.seed)).to_csv(args.out / "synthetic.csv", index=False,
                                                                            float_format="%.6g")
     from importlib.metadata import version

@@ -9,6 +9,8 @@
 # AIM_MAX_MODEL_SIZE (MB; unset: AIM's default 80): a smaller cap, recorded in peer.json, for a shorter run.
 # AIM_ITERS (unset: smartnoise's 1,000 a round, from scratch): fewer mirror-descent iterations a round, each round
 # warm-started from the last model as private-pgm's AIM does; recorded in peer.json (give it its own output folder).
+# AIM_ORACLE (unset: smartnoise's message_passing_stable; fast: mbi's default, as private-pgm's own AIM, the same
+# marginals up to float rounding and about 5 times as fast on a large model): a run may change it when it resumes.
 # AIM saves its state after every round (carry/tabular_peers/<cell>[_iters<n>][_mms<mb>].aim_state.pkl, peers.py
 # resumable_aim; AIM_STATE_DIR sets the folder): a cell started again after an interruption continues from its last
 # round, on another machine too once the state is committed (carry/README.md). A finished state stays until the
@@ -33,7 +35,7 @@ for cell in $cells; do
     OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} "$venv/bin/python" experiments/tabular_peers/peers.py --table "$table" \
       --mechanism "$mechanism" --epsilon "$eps" --out "$out/$name" \
       --state "${AIM_STATE_DIR:-carry/tabular_peers}/$name${AIM_ITERS:+_iters$AIM_ITERS}${AIM_MAX_MODEL_SIZE:+_mms$AIM_MAX_MODEL_SIZE}.aim_state.pkl" \
-      ${AIM_MAX_MODEL_SIZE:+--max-model-size "$AIM_MAX_MODEL_SIZE"} ${AIM_ITERS:+--aim-iters "$AIM_ITERS" --aim-warm-start}
+      ${AIM_MAX_MODEL_SIZE:+--max-model-size "$AIM_MAX_MODEL_SIZE"} ${AIM_ITERS:+--aim-iters "$AIM_ITERS" --aim-warm-start} ${AIM_ORACLE:+--aim-oracle "$AIM_ORACLE"}
   fi
   OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} "$python" evaluate.py synthetic="$out/$name/synthetic.csv" data="$table" \
     '~eval.callbacks.image_quality' eval.callbacks.downstream.tabular_models="$models" \
