@@ -108,12 +108,12 @@ def resumable_aim(checkpoint: Path, iters: int = 1000, warm_start: bool = False,
     a measurement changes the model by less than its noise), built from its helpers. smartnoise re-estimates the
     model from scratch with 1,000 mirror-descent iterations every round (the defaults here); `warm_start` starts each
     round's estimate from the last model, as private-pgm's own AIM does, and `iters` sets its iterations (the first
-    and the final estimate keep 1,000): a stated deviation that shortens a long run. `oracle` is the marginal oracle
-    of the estimate: "stable", smartnoise's (mbi's message_passing_stable), or "fast", mbi's default that private-pgm's
-    own AIM uses (message_passing_fast: the same junction-tree marginals through einsum, about 5 times as fast on
-    an 80 MB model); the two differ only in float rounding, so a run may change oracle when it resumes: the state
-    lists from which round each oracle estimated (`oracles`), and an estimate of "fast" that is not finite is made
-    again by "stable" (counted in `stable_fallbacks`).
+    and the final estimate keep 1,000): a stated deviation that shortens a long run. `oracle` is the estimate's
+    marginal oracle: "stable", smartnoise's (mbi's message_passing_stable), or "fast", mbi's default, which
+    private-pgm's own AIM uses (message_passing_fast: the same junction-tree marginals through einsum, about 5 times
+    as fast on HI's eps = 10 model at round 59). The two differ only in float rounding, so a run may change oracle
+    when it resumes: the state lists from which round each oracle estimated (`oracles`), and an estimate of "fast"
+    that is not finite is made again by "stable" (counted in `stable_fallbacks`).
     Estimation is post-processing of the measurements: none of these options changes the privacy cost.
 
     Privacy of a resumed run: a round's choice and measurement are saved, with the budget they use, right after they
