@@ -3,8 +3,11 @@ they must be what the report makes of those files."""
 import json
 from pathlib import Path
 
+import pytest
+
 from dpgen.cli.cards import (CARDS_BEGIN, CARDS_END, GOALS_BEGIN, GOALS_END, TABLES_BEGIN, TABLES_END, WHICH_BEGIN,
-                             WHICH_END, cards, goals_table, rerun_names, tables_table, verdict, which_method)
+                             WHICH_END, cards, control_run, goals_table, rerun_names, tables_table, verdict,
+                             which_method)
 from dpgen.cli.report import (BEGIN, CARDS, COMPARISON, COMPARISON_BEGIN, COMPARISON_END, END, GOALS, TABLES,
                               comparison_table, find_runs, load_run, markdown_table)
 
@@ -66,10 +69,11 @@ def test_the_tables_matrix_puts_each_score_in_its_row_table_and_budget(tmp_path)
         json.dumps({"downstream": {"average": {"auroc": 0.7, "auprc": 0.6}}}))
     (tmp_path / "rows/mst_t_eps1.peer.json").write_text(json.dumps({"seconds": 61.4}))
     (tmp_path / "kept").symlink_to(ROOT / "docs/results/dpmerf_hi_eps1")
+    (tmp_path / "control").symlink_to(ROOT / "docs/results/dpmerf_doctor_contacts_control")
     (tmp_path / "tables.yaml").write_text(
         "tables: {t: T, u: U}\n"
         "beside:\n  - {row: real, t: rows/real_t.json}\n  - {row: MST, t_1: rows/mst_t_eps1.gpate.eval.json}\n"
-        "  - {row: M, u: kept}\n"
+        "  - {row: M, u: control}\n"
         "cells:\n  - {row: M, experiment: m/u_eps10_guide, run: kept}\n"
         "  - {row: M, experiment: m/t_eps1, run: null, note: why not}\n")
     text = tables_table(tmp_path / "tables.yaml")
@@ -79,9 +83,27 @@ def test_the_tables_matrix_puts_each_score_in_its_row_table_and_budget(tmp_path)
     assert header == "| | T no privacy | T eps 1 | T eps 10 | U no privacy | U eps 1 | U eps 10 |"
     assert real == f"| real | [0.900 / 0.800]({tmp_path.name}/rows/real_t.json) |  |  |  |  |  |"
     assert mst == f"| MST |  | [0.700 / 0.600]({tmp_path.name}/rows/mst_t_eps1.gpate.eval.json), 61 s |  |  |  |  |"
-    kept = load_run(ROOT / "docs/results/dpmerf_hi_eps1")["utility"]
+    kept, control = (load_run(ROOT / f"docs/results/{name}")["utility"]
+                     for name in ("dpmerf_hi_eps1", "dpmerf_doctor_contacts_control"))
     score = f"[{kept['auroc']:.3f} / {kept['auprc']:.3f}]({tmp_path.name}/kept), 391 s"
-    assert m == f"| M |  | why not |  | {score} |  | {score} |"
+    assert m == (f"| M |  | why not |  | [{control['auroc']:.3f} / {control['auprc']:.3f}]({tmp_path.name}/control), "
+                 f"237 s |  | {score} |")
+    (tmp_path / "tables.yaml").write_text("tables: {t: T}\nbeside:\n  - {row: M, t: kept}\ncells: []\n")
+    with pytest.raises(ValueError, match="kept is named as a noise-free control, but its noise was on .eps 1 spent"):
+        tables_table(tmp_path / "tables.yaml")  # a private run in the no-privacy column
+
+
+def test_a_noise_free_control_is_refused_where_its_ledger_shows_the_noise_on(tmp_path):
+    """G-PATE's first tabular controls ran with privacy off (no budget stop) and DPGradAgg's noise on: their ledgers
+    spent eps 3.86 and 3.95 in 1,000 steps. A control whose noise was off spends thousands or more; a ledger that
+    recorded nothing says nothing."""
+    results = ROOT / "docs/results"
+    for name, spent in (("gpate_hi_control", "3.86"), ("gpate_doctor_contacts_control", "3.95")):
+        with pytest.raises(ValueError, match=f"noise was on .eps {spent} spent"):
+            control_run(results, name)
+    for name in ("dpmerf_hi_control", "pategan_doctor_contacts_control", "dpgan_hi_control_eps10",
+                 "dpcgan_mnist_control_b1024"):  # DP-CGAN's ledger recorded nothing with privacy off (eps 0)
+        assert control_run(results, name)["utility"]
 
 
 def test_a_rows_experiments_read_as_one_name_where_they_follow_one():

@@ -24,6 +24,22 @@ def accuracies(row: dict) -> str:
     return " / ".join(percent(u.get(key)) for key in ("private_val", "synthetic", "test"))
 
 
+NOISE_FREE_EPS = 1e3  # a noise-free control's noise buys next to nothing: its ledger's largest epsilon is at least this
+
+
+def control_run(folder: Path, name: str) -> dict:
+    """The row of a kept run named as a noise-free control; ValueError where its ledger shows that its noise was on
+    (releases recorded, every bound's epsilon under NOISE_FREE_EPS: privacy off, so no budget stopped it, but the
+    mechanism's noise kept, e.g. G-PATE with method.private=false alone). A ledger that recorded nothing (eps 0: some
+    methods record no release with privacy off) says nothing either way."""
+    row = load_run(folder / name)
+    spent = [value for value in row["spent"].values() if value is not None]
+    if spent and 0 < max(spent) < NOISE_FREE_EPS:
+        raise ValueError(f"{folder / name} is named as a noise-free control, but its noise was on (eps {max(spent):.3g} "
+                         f"spent): set the mechanism's noise off, e.g. sigma or noise_multiplier 1e-3")
+    return row
+
+
 def run_link(folder: Path, name: str) -> str:
     return f"[{name}]({folder.name}/{name})"
 
@@ -42,9 +58,9 @@ def cell_lines(comparison: dict, folder: Path) -> list[str]:
     return lines
 
 
-def run_list(names: list[str], folder: Path) -> str:
-    """`run (DP selection / hold-out / test-chosen)` for each run, or a dash."""
-    return "; ".join(f"{run_link(folder, name)} ({accuracies(load_run(folder / name))})" for name in names) or "-"
+def control_list(names: list[str], folder: Path) -> str:
+    """`run (DP selection / hold-out / test-chosen)` for each noise-free control (control_run), or a dash."""
+    return "; ".join(f"{run_link(folder, name)} ({accuracies(control_run(folder, name))})" for name in names) or "-"
 
 
 def spread(repeats: dict, folder: Path) -> list[str]:
@@ -64,7 +80,7 @@ def card(method: dict, comparison: dict, folder: Path) -> str:
     lines = [f"### {method['name']}", ""]
     if comparison.get("cells"):
         lines += cell_lines(comparison, folder) + [""]
-    lines.append(f"- noise-free controls (privacy off, same steps): {run_list(method.get('controls') or [], folder)}")
+    lines.append(f"- noise-free controls (privacy off, same steps): {control_list(method.get('controls') or [], folder)}")
     lines += spread(method.get("repeats") or {}, folder)
     lines.append(f"- known limits: {method['limits'].strip()}")
     more = [f"[options and privacy]({method['page']})" if method.get("page") else None,
@@ -125,15 +141,15 @@ def scores(utility: dict) -> str:
     return " / ".join("-" if utility.get(k) is None else f"{utility[k]:.3f}" for k in ("auroc", "auprc"))
 
 
-def beside_entry(folder: Path, path: str) -> str:
+def beside_entry(folder: Path, path: str, control: bool = True) -> str:
     """A score from outside the cells: an evaluate.py output (tabular_rows/*.json; its seconds from the .peer.json
-    beside it, where there is one) or a kept run (a noise-free control)."""
+    beside it, where there is one) or a kept run (a noise-free control, control_run; a cell's run: `control` False)."""
     if path.endswith(".json"):
         out = json.loads((folder / path).read_text())
         peer = folder / path.replace(".gpate.eval.json", ".peer.json")
         seconds = f", {json.loads(peer.read_text())['seconds']:.0f} s" if peer != folder / path else ""
         return f"[{scores(utility(out['downstream']))}]({folder.name}/{path}){seconds}"
-    row = load_run(folder / path)
+    row = control_run(folder, path) if control else load_run(folder / path)
     return f"[{scores(row['utility'])}]({folder.name}/{path}), {float(row['wall_time'].split()[0]):.0f} s"
 
 
@@ -148,7 +164,7 @@ def tables_matrix(spec: dict, folder: Path) -> str:
     for cell in spec["cells"]:
         match = CELL.match(cell["experiment"])
         key = f"{match['table']}_{match['eps']}"
-        text = cell["note"] if not cell.get("run") else beside_entry(folder, cell["run"])
+        text = cell["note"] if not cell.get("run") else beside_entry(folder, cell["run"], control=False)
         rows.setdefault(cell["row"], {})[key] = text
     columns = [(table, eps) for table in tables for eps in (None, "1", "10")]
     header = " | ".join(f"{tables[t]} {'no privacy' if e is None else 'eps ' + e}" for t, e in columns)
@@ -219,8 +235,9 @@ def goals_table(spec_path: Path) -> str:
              "verdict | what limits the control | the cell under DPImageBench's protocol (%, its classifiers) |",
              "|---|---:|---:|---:|---|---|---|"]
     for row in spec["goals"]:
-        run, control_run = (load_run(folder / row[k]) for k in ("run", "control"))
-        cell, control = (r["utility"].get("private_val") for r in (run, control_run))
+        run = load_run(folder / row["run"])
+        cell = run["utility"].get("private_val")
+        control = control_run(folder, row["control"])["utility"].get("private_val")
         beside = other_protocol(folder, row["beside"]) if row.get("beside") else ""
         lines.append(f"| {row['data']}, {row['eps']} | {row['goal']:g} | "
                      f"[{percent(cell)}]({folder.name}/{row['run']}), {minutes(run)} | "
