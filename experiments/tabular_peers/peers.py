@@ -178,7 +178,8 @@ def resumable_aim(checkpoint: Path, iters: int = 1000, warm_start: bool = False,
                          "measurements": [measure(cl, sigma) for cl in oneway]}
             before = state["seconds"]
             save(state)
-            model = estimate(state)
+            # a cut round's estimate from scratch (not warm-started) needs no model before it: skip one estimate
+            model = estimate(state) if state["pending"] is None or warm_start else None
             while state["pending"] is not None or not state["terminate"]:
                 if state["pending"] is None:
                     sigma, epsilon, rho_used = state["sigma"], state["epsilon"], state["rho_used"]
