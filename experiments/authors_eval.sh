@@ -12,7 +12,9 @@
 # their own RUNS files and THREADS=1 to use two cores.
 # PYTHON (default .venv/bin/python), THREADS (default 2), OUT (default outputs/authors_eval), RUNS (default
 # experiments/authors_eval.runs), SCORE (default 1; 0: train and keep every cell, score none: for a machine without
-# a GPU, whose evaluation of one cell takes hours, while a lent GPU scores several in minutes). The comparison's cells (docs/results/comparison.yaml) are switched to the new kept
+# a GPU, whose evaluation of one cell takes hours, while a lent GPU scores several in minutes), PATIENCE (default
+# none; N: stop a cell's evaluation once it has gone N epochs without a gain, a lower bound of the authors' number,
+# marked so in the table; the same command without PATIENCE continues it to the 600th epoch). The comparison's cells (docs/results/comparison.yaml) are switched to the new kept
 # runs by hand, after a look at them.
 set -euo pipefail
 python=${PYTHON:-.venv/bin/python}
@@ -37,8 +39,9 @@ while read -r cell overrides; do
     OMP_NUM_THREADS=$threads "$python" evaluate.py synthetic="$out/$name/ptg_samples/synthetic.npz" data="$data" \
       eval=ptg '~eval.callbacks.image_quality' out="$out/$name/eval_ptg.json" < /dev/null  # its states stay there
     cp "$out/$name/eval_ptg.json" "$kept/eval_ptg.json"
-  elif [ ! -f "$kept/eval_reference.json" ]; then  # hours on a CPU
+  elif [ ! -f "$kept/eval_reference.json" ] || { [ -z "${PATIENCE:-}" ] && grep -q '"stopped_early"' "$kept/eval_reference.json"; }; then
+    # hours on a CPU; a number stopped early by PATIENCE is continued to the last epoch by a call without it
     OMP_NUM_THREADS=$threads "$python" -m dpgen.reference_eval "$kept" \
-      --state "carry/reference_eval/${name}_generator.pt" < /dev/null
+      --state "carry/reference_eval/${name}_generator.pt" ${PATIENCE:+--patience "$PATIENCE"} < /dev/null
   fi
 done < "$runs"

@@ -239,6 +239,11 @@ def test_the_comparison_table_takes_each_cell_from_the_run_its_spec_names(tmp_pa
                                                                                       key: value}}))
         with pytest.raises(ValueError, match="not the authors' evaluation"):
             main([str(results), "--out", str(docs)])
+    # stopped early (--patience): the best of the epochs run, shown as a lower bound with how many ran
+    (gpate / "eval_reference.json").write_text(json.dumps({**authors, "stopped_early": {
+        "patience": 150, "epochs_run": 171, "of": 600}}))
+    main([str(results), "--out", str(docs)])
+    assert "(authors' eval >= 62.5 (epochs 1-171 of 600), paper 58.80)" in (docs / "RESULTS.md").read_text()
     (gpate / "eval_reference.json").write_text(json.dumps(authors))
     (ptg / "eval_ptg.json").write_text(json.dumps({"downstream": {"accuracy": 0.6104,  # one training, not five
                                                                  "settings": {**ptg_settings, "repeats": 1}}}))

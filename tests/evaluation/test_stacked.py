@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from dpgen.evaluation import training
-from dpgen.evaluation.stacked import train_stacked
+from dpgen.evaluation.stacked import stalled, train_stacked
 from dpgen.evaluation.training import train_classifier
 from dpgen.nn.classifier import reference_script_cnn
 
@@ -79,6 +79,50 @@ def test_a_killed_stacked_training_continues_to_the_same_end(mnist, tmp_path, mo
     for a_model, b_model in zip(whole, resumed):
         for a, b in zip(a_model.state_dict().values(), b_model.state_dict().values()):
             assert torch.equal(a, b)
+
+
+def test_stalled_counts_epochs_since_each_models_first_best():
+    def history(*per_model):
+        return [{"test_accuracy": list(epoch)} for epoch in zip(*per_model)]
+
+    # model 0: best 0.5 first at epoch 2 (the tie at epoch 4 is not a gain), 3 epochs since; model 1: best at epoch 5
+    still_learning = history([0.1, 0.5, 0.4, 0.5, 0.3], [0.1, 0.2, 0.3, 0.4, 0.6])
+    assert stalled(still_learning, 3) is False  # model 1 gained at the last epoch
+    assert stalled(history([0.1, 0.5, 0.4, 0.5, 0.3]), 3) is True
+    assert stalled(history([0.1, 0.5, 0.4, 0.5, 0.3]), 4) is False
+    assert stalled([], 1) is False
+    with pytest.raises(ValueError, match="at least 1"):
+        stalled(still_learning, 0)
+
+
+def test_a_training_stopped_by_patience_keeps_its_state_and_continues_to_the_last_epoch(mnist, tmp_path):
+    """Two models that cannot gain (lr 0: the same test accuracy every epoch) stop `patience` epochs after their
+    first one, the state file kept; a call without patience continues it to the same histories (the dropout masks'
+    stream included) and weights as a training never stopped, and removes the file."""
+    x, y = mnist["train"]
+    test_x, test_y = mnist["test"]
+
+    def fit(state=None, patience=None):
+        models = []
+        for seed in (0, 1):
+            torch.manual_seed(seed)
+            models.append(reference_script_cnn(1, 10, 28))
+        return train_stacked(models, [x[:128], x[128:256]], [y[:128], y[128:256]], [test_x[:100]] * 2,
+                             [test_y[:100]] * 2, lrs=[0.0, 0.0], seeds=[0, 1], max_epochs=5, batch_size=64,
+                             device="cpu", state_file=state, vectorize=False, patience=patience)
+
+    _, whole = fit()
+    state = tmp_path / "stacked-state.pt"
+    _, stopped = fit(state, patience=2)
+    assert [len(h) for h in stopped] == [3, 3] and state.exists()
+    _, continued = fit(state)
+    assert not state.exists()
+
+    def untimed(histories):
+        return [[{k: v for k, v in r.items() if k != "seconds"} for r in h] for h in histories]
+
+    assert untimed(continued) == untimed(whole)
+    assert len({r["loss"] for r in whole[0]}) > 1  # the dropout masks differ from epoch to epoch
 
 
 def test_the_authors_cnn_learns_digits_stacked(mnist):

@@ -76,10 +76,12 @@ def identity(cells: list[dict]) -> str:
 
 
 def evaluate_runs(runs: list[Path], device: str | None = None, state: Path | None = None, epochs: int | None = None,
-                  n_samples: int | None = None, out: Path | None = None) -> list[dict]:
+                  n_samples: int | None = None, out: Path | None = None, patience: int | None = None) -> list[dict]:
     """The authors' evaluation of every run, the classifiers trained together; `epochs` / `n_samples` shorten it
     (a check, not the authors' number: then `out` must be given, and each result is written there as
-    <run name>.json instead of into the run)."""
+    <run name>.json instead of into the run). `patience`: stop once every cell has gone that many epochs without a
+    gain; the result, marked `stopped_early`, is a lower bound of the authors' number, and the state is kept, so that
+    a call without `patience` continues to the authors' last epoch."""
     if (epochs is not None or n_samples is not None) and out is None:
         raise ValueError("a shortened evaluation is not the authors': give --out for its files")
     cells = []
@@ -107,14 +109,17 @@ def evaluate_runs(runs: list[Path], device: str | None = None, state: Path | Non
     _, histories = train_stacked(models, xs, ys, test_xs, test_ys, lrs=[c["settings"]["lr"] for c in cells],
                                  seeds=[c["settings"]["seed"] for c in cells], max_epochs=s["max_epochs"],
                                  batch_size=s["batch_size"], device=device, progress=True, state_file=state,
-                                 identity=identity(cells), machine=machine(where))
+                                 identity=identity(cells), machine=machine(where), patience=patience)
     results = []
     for cell, history in zip(cells, histories):
         tested = [record["test_accuracy"] for record in history]
         machines = Counter(record.pop("machine", "not recorded") for record in history)
         best = max(tested)
+        partial = len(history) < cell["settings"]["max_epochs"]
         result = {
-            "evaluation": "the G-PATE authors' (eval=reference): the highest real-test accuracy of the epochs",
+            "evaluation": "the G-PATE authors' (eval=reference): the highest real-test accuracy of the epochs"
+                          + (f" run so far, a lower bound of theirs (stopped after {patience} epochs without a gain; "
+                             "its state is kept, to continue)" if partial else ""),
             "synthetic": cell["synthetic"], "data": cell["data"], "records": cell["settings"]["n_samples"],
             "settings": cell["settings"],
             "downstream": {"accuracy": tested[-1], "max_test_accuracy": best, "max_test_epoch": 1 + tested.index(best),
@@ -124,6 +129,8 @@ def evaluate_runs(runs: list[Path], device: str | None = None, state: Path | Non
             # where its epochs ran (an evaluation resumed on another machine: each machine's epochs)
             "machine": machines.most_common(1)[0][0], "epochs_by_machine": dict(machines),
             "stacked_with": len(cells),
+            **({"stopped_early": {"patience": patience, "epochs_run": len(history),
+                                  "of": cell["settings"]["max_epochs"]}} if partial else {}),
             # the epochs' training time in every process that ran them, shared by the cells
             "seconds_per_cell": round(sum(record["seconds"] for record in history) / len(cells), 1),
         }
@@ -131,7 +138,7 @@ def evaluate_runs(runs: list[Path], device: str | None = None, state: Path | Non
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps(result, indent=2) + "\n")
         console.print(f"{cell['run']}: best test accuracy {best:.4f} (epoch {result['downstream']['max_test_epoch']} "
-                      f"of {len(history)}) -> {path}")
+                      f"of {len(history)}{', stopped early: a lower bound' if partial else ''}) -> {path}")
         results.append(result)
     return results
 
@@ -146,6 +153,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--epochs", type=int, default=None, help="fewer epochs than the authors' (a check; --out)")
     parser.add_argument("--n-samples", type=int, default=None, help="fewer samples than the authors' (a check; --out)")
     parser.add_argument("--out", type=Path, default=None, help="where a shortened evaluation writes its files")
+    parser.add_argument("--patience", type=int, default=None,
+                        help="stop once every run has gone this many epochs without a higher test accuracy: its "
+                             "number is then a lower bound of the authors', marked so; the state is kept, and a call "
+                             "without --patience continues to their last epoch")
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(message)s")  # a handler where no import has set one up
     logging.getLogger("dpgen").setLevel(logging.INFO)  # each epoch's line (hours of them)
@@ -154,7 +165,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         runs = "\n".join(sorted(os.path.relpath(run.resolve(), Path.cwd().resolve()) for run in args.runs))
         args.state = Path("outputs/reference_eval") / f"{hashlib.sha256(runs.encode()).hexdigest()[:16]}.pt"
     try:
-        return evaluate_runs(args.runs, args.device, args.state, args.epochs, args.n_samples, args.out)
+        return evaluate_runs(args.runs, args.device, args.state, args.epochs, args.n_samples, args.out, args.patience)
     except (FileNotFoundError, ValueError) as err:
         fail(str(err))
 

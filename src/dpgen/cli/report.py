@@ -274,7 +274,8 @@ def cell_guarantee(row: dict, column_epsilon: float, private_cell: bool, where: 
 
 def authors_eval(run: Path | None) -> str:
     """A comparison cell's number from the G-PATE authors' evaluation (`python -m dpgen.reference_eval`: the best
-    real-test epoch of 600, <run>/eval_reference.json), or "not run"; ValueError for a file of a shortened one."""
+    real-test epoch of 600, <run>/eval_reference.json; ">= x (epochs 1-n of 600)" where it stopped early), or "not
+    run"; ValueError for a file of a shortened one."""
     path = None if run is None else run / REFERENCE_EVAL
     if path is None or not path.is_file():
         return "not run"
@@ -285,7 +286,9 @@ def authors_eval(run: Path | None) -> str:
     authors["lr"] = config.reference_lr.get(result.get("data"))
     if any(settings.get(key) != value for key, value in authors.items()):
         raise ValueError(f"{path}: not the authors' evaluation ({authors}): {settings}")
-    return percent(result["downstream"]["max_test_accuracy"])
+    number = percent(result["downstream"]["max_test_accuracy"])
+    stopped = result.get("stopped_early")  # `--patience`: the best of the epochs run, a lower bound of the number
+    return f">= {number} (epochs 1-{stopped['epochs_run']} of {stopped['of']})" if stopped else number
 
 
 def ptg_eval(run: Path | None) -> str:

@@ -71,6 +71,17 @@ def stacked_accuracy(model: Stacked, x: torch.Tensor, y: torch.Tensor, batch_siz
     return (right.double() / x.shape[1]).tolist()
 
 
+def stalled(history: list[dict], patience: int) -> bool:
+    """Whether every model of `history` (records of train_stacked, one test accuracy per model) has gone `patience`
+    epochs or more since its best one (its first best, as the authors' maximum counts it)."""
+    if patience < 1:
+        raise ValueError(f"patience must be at least 1 epoch, got {patience}")
+    if not history:
+        return False
+    tested = list(zip(*(record["test_accuracy"] for record in history)))  # per model
+    return all(len(acc) - (1 + acc.index(max(acc))) >= patience for acc in tested)
+
+
 def train_stacked(
     models: list[nn.Module],
     xs: list[torch.Tensor],
@@ -88,6 +99,7 @@ def train_stacked(
     identity: str | None = None,
     vectorize: bool | None = None,
     machine: str | None = None,
+    patience: int | None = None,
 ) -> tuple[list[nn.Module], list[list[dict]]]:
     """Train model k on (xs[k], ys[k]) with plain SGD at lrs[k] and batch `batch_size` for `max_epochs` epochs,
     recording its accuracy on (test_xs[k], test_ys[k]) after every epoch; every training set has the same size.
@@ -95,6 +107,8 @@ def train_stacked(
     `identity` names the data in place of their digest, for samples drawn again on another machine).
     `machine`: recorded in each epoch's record (an evaluation resumed elsewhere says where each epoch ran).
     `vectorize`: the models as one vmapped model (default: on a GPU) or each in turn (default on a CPU).
+    `patience`: stop before `max_epochs` once every model has gone that many epochs without a higher test accuracy
+    (`stalled`); the state file is then kept, so that a call without it continues to `max_epochs`.
     Returns the trained models (in eval mode) and each model's history: one record per epoch with its loss, its
     test accuracy, the epoch's wall seconds (of all K models together) and `machine` where given."""
     k = len(models)
@@ -126,6 +140,8 @@ def train_stacked(
                                   identity=identity)
             history, _, _ = resumable.load(stacked, optimizer, None, history, {}, [])
         for epoch in range(len(history) + 1, max_epochs + 1):
+            if patience is not None and stalled(history, patience):
+                break
             started = time.perf_counter()
             stacked.train()
             order = torch.stack([torch.randperm(n, generator=g) for g in orders]).to(device)
@@ -153,7 +169,7 @@ def train_stacked(
                          record["seconds"] * (max_epochs - epoch) / 3600)
             if resumable is not None:
                 resumable.save(stacked, optimizer, None, history, {}, [])
-    if resumable is not None:
+    if resumable is not None and len(history) == max_epochs:
         resumable.path.unlink(missing_ok=True)
     trained = []
     for i, model in enumerate(models):
