@@ -263,8 +263,9 @@ def test_the_authors_evaluation_is_drawn_epoch_by_epoch_beside_the_papers_number
         run = fake_run(results, method, "mnist", eps, private(10.0, 0.11, 9.9) if method != "gan" else
                        {"privacy": {"private": False}, "downstream": {"accuracy": 0.92}})
         (run / "privacy.json").write_text(json.dumps(DATA_DEPENDENT))
+        stopped = {"stopped_early": {"patience": 1, "epochs_run": 2, "of": 600}} if method == "gan" else {}
         (run / "eval_reference.json").write_text(json.dumps({"data": "mnist", "settings": settings, "downstream": {
-            "max_test_accuracy": max(r["test_accuracy"] for r in curve), "history": curve}}))
+            "max_test_accuracy": max(r["test_accuracy"] for r in curve), "history": curve}, **stopped}))
     spec = ("columns: {mnist: [10]}\nmethods:\n"
             "  - {name: G-PATE, cells: {mnist_10: {run: gpate_mnist_10.0}}, paper: {mnist_10: 0.8092}}\n"
             "  - {name: GAN, cells: {mnist: {run: gan_mnist_inf}}}\n"
@@ -281,7 +282,7 @@ def test_the_authors_evaluation_is_drawn_epoch_by_epoch_beside_the_papers_number
     # each cell's epochs as recorded, its best epoch in the legend and marked; the paper's number beside G-PATE's;
     # the cell of another paper (scored by that paper's evaluation) left out
     assert lines["G-PATE, mnist, eps 10: best 75.0 (epoch 2)"] == ([1, 2, 3, 4], [50.0, 75.0, 70.0, 60.0])
-    assert lines["GAN, mnist: best 75.0 (epoch 2)"] == ([1, 2], [50.0, 75.0])
+    assert lines["GAN, mnist: best >= 75.0 (epoch 2; stopped at 2)"] == ([1, 2], [50.0, 75.0])  # --patience
     assert lines[None] == ([2], [75.0]) and not any(str(label).startswith("PTG") for label in lines)
     assert [line for line in dashed if "paper" in line[1]] == [(pytest.approx(80.92), "G-PATE, mnist, eps 10: paper 80.92")]
     assert Image.open(docs / "authors_eval.png").size[0] > 0
