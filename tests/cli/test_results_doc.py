@@ -1,6 +1,7 @@
 """docs/RESULTS.md (the comparison, the method cards) and docs/RUNS.md (every kept run) are generated from docs/results/:
 they must be what the report makes of those files."""
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,23 @@ def test_the_tables_matrix_puts_each_score_in_its_row_table_and_budget(tmp_path)
     (tmp_path / "tables.yaml").write_text("tables: {t: T}\nbeside:\n  - {row: M, t: kept}\ncells: []\n")
     with pytest.raises(ValueError, match="kept is named as a noise-free control, but its noise was on .eps 1 spent"):
         tables_table(tmp_path / "tables.yaml")  # a private run in the no-privacy column
+
+
+def test_a_cell_or_control_with_repeats_shows_their_spread(tmp_path):
+    """A cell's `repeats` and a list of controls in `beside`: the first run's scores, then the AUROC range and mean
+    of all of them."""
+    names = ("dpmerf_hi_eps1", "dpmerf_hi_eps10", "dpmerf_doctor_contacts_control", "dpmerf_hi_control")
+    for name in names:
+        (tmp_path / name).symlink_to(ROOT / f"docs/results/{name}")
+    (tmp_path / "tables.yaml").write_text(
+        "tables: {t: T}\nbeside:\n  - {row: M, t: [dpmerf_doctor_contacts_control, dpmerf_hi_control]}\n"
+        "cells:\n  - {row: M, experiment: m/t_eps1, run: dpmerf_hi_eps1, repeats: [dpmerf_hi_eps10]}\n")
+    m = tables_table(tmp_path / "tables.yaml").splitlines()[2]
+    a, b, c, d = (load_run(ROOT / f"docs/results/{name}")["utility"]["auroc"] for name in names)
+    control = (f"{c:.3f} / .*\\(.*/dpmerf_doctor_contacts_control\\), 237 s; 2 seeds {min(c, d):.3f}-{max(c, d):.3f}, "
+               f"mean {(c + d) / 2:.3f}")
+    cell = f"{a:.3f} / .*\\(.*/dpmerf_hi_eps1\\), 391 s; 2 seeds {min(a, b):.3f}-{max(a, b):.3f}, mean {(a + b) / 2:.3f}"
+    assert re.fullmatch(rf"\| M \| \[{control} \| \[{cell} \|  \|", m), m
 
 
 def test_a_noise_free_control_is_refused_where_its_ledger_shows_the_noise_on(tmp_path):

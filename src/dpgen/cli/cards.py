@@ -153,18 +153,30 @@ def beside_entry(folder: Path, path: str, control: bool = True) -> str:
     return f"[{scores(row['utility'])}]({folder.name}/{path}), {float(row['wall_time'].split()[0]):.0f} s"
 
 
+def with_repeats(folder: Path, runs: str | list[str], control: bool) -> str:
+    """beside_entry of a kept run, or of the first of a list of kept runs of one configuration (other seeds), then
+    the AUROC of every run of the list: their range and mean, the seed-to-seed spread."""
+    if isinstance(runs, str):
+        return beside_entry(folder, runs, control)
+    aurocs = [(control_run(folder, run) if control else load_run(folder / run))["utility"]["auroc"] for run in runs]
+    return (f"{beside_entry(folder, runs[0], control)}; {len(runs)} seeds {min(aurocs):.3f}-{max(aurocs):.3f}, "
+            f"mean {sum(aurocs) / len(aurocs):.3f}")
+
+
 def tables_matrix(spec: dict, folder: Path) -> str:
     """Rows (methods, peers, the real data) x tables x (no privacy, eps 1, eps 10): mean AUROC / AUPRC and time.
-    "No privacy" is the real training split for the real-data row and the noise-free control for a method."""
+    "No privacy" is the real training split for the real-data row and the noise-free control for a method. A list of
+    runs (a control in `beside`, a cell's `repeats`) adds their seed-to-seed spread (`with_repeats`)."""
     tables = spec["tables"]
     rows: dict[str, dict[str, str]] = {}
     for entry in spec["beside"]:
-        rows.setdefault(entry["row"], {}).update({key: beside_entry(folder, value) for key, value in entry.items()
-                                                  if key != "row"})
+        rows.setdefault(entry["row"], {}).update({key: with_repeats(folder, value, control=True)
+                                                  for key, value in entry.items() if key != "row"})
     for cell in spec["cells"]:
         match = CELL.match(cell["experiment"])
         key = f"{match['table']}_{match['eps']}"
-        text = cell["note"] if not cell.get("run") else beside_entry(folder, cell["run"], control=False)
+        runs = [cell["run"], *cell["repeats"]] if cell.get("repeats") else cell.get("run")
+        text = cell["note"] if not cell.get("run") else with_repeats(folder, runs, control=False)
         rows.setdefault(cell["row"], {})[key] = text
     columns = [(table, eps) for table in tables for eps in (None, "1", "10")]
     header = " | ".join(f"{tables[t]} {'no privacy' if e is None else 'eps ' + e}" for t, e in columns)
