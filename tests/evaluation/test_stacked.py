@@ -38,22 +38,31 @@ def test_each_stacked_model_is_trained_as_it_would_be_alone(mnist, vectorize):
     assert histories[0][-1]["loss"] != histories[1][-1]["loss"]  # the models do differ
 
 
+def two_authors_cnns(mnist, lrs, max_epochs, vectorize, **resumable):
+    """Two of the authors' CNNs (seeds 0 and 1) trained stacked on 128 real digits each, tested on 100."""
+    x, y = mnist["train"]
+    test_x, test_y = mnist["test"]
+    models = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        models.append(reference_script_cnn(1, 10, 28))
+    return train_stacked(models, [x[:128], x[128:256]], [y[:128], y[128:256]], [test_x[:100]] * 2, [test_y[:100]] * 2,
+                         lrs=list(lrs), seeds=[0, 1], max_epochs=max_epochs, batch_size=64, device="cpu",
+                         vectorize=vectorize, **resumable)
+
+
+def untimed(histories):
+    """Histories without their wall seconds (which differ from run to run)."""
+    return [[{k: v for k, v in r.items() if k != "seconds"} for r in h] for h in histories]
+
+
 @pytest.mark.parametrize("vectorize", [True, False])
 def test_a_killed_stacked_training_continues_to_the_same_end(mnist, tmp_path, monkeypatch, vectorize):
     """Killed after its first epoch and called again with the state file: the same weights and histories as an
     uninterrupted training (dropout masks and each model's order included); the file is removed at the end and one
     of other settings is refused."""
-    x, y = mnist["train"]
-    test_x, test_y = mnist["test"]
-
     def fit(state=None, lrs=(0.05, 0.1)):
-        models = []
-        for seed in (0, 1):
-            torch.manual_seed(seed)
-            models.append(reference_script_cnn(1, 10, 28))
-        return train_stacked(models, [x[:128], x[128:256]], [y[:128], y[128:256]], [test_x[:100]] * 2,
-                             [test_y[:100]] * 2, lrs=list(lrs), seeds=[0, 1], max_epochs=3, batch_size=64,
-                             device="cpu", state_file=state, vectorize=vectorize)
+        return two_authors_cnns(mnist, lrs, 3, vectorize, state_file=state)
 
     whole, whole_histories = fit()
     state = tmp_path / "stacked-state.pt"
@@ -71,10 +80,6 @@ def test_a_killed_stacked_training_continues_to_the_same_end(mnist, tmp_path, mo
         fit(state, lrs=(0.05, 0.2))
     resumed, resumed_histories = fit(state)
     assert not state.exists()
-
-    def untimed(histories):
-        return [[{k: v for k, v in r.items() if k != "seconds"} for r in h] for h in histories]
-
     assert untimed(resumed_histories) == untimed(whole_histories)
     for a_model, b_model in zip(whole, resumed):
         for a, b in zip(a_model.state_dict().values(), b_model.state_dict().values()):
@@ -99,17 +104,8 @@ def test_a_training_stopped_by_patience_keeps_its_state_and_continues_to_the_las
     """Two models that cannot gain (lr 0: the same test accuracy every epoch) stop `patience` epochs after their
     first one, the state file kept; a call without patience continues it to the same histories (the dropout masks'
     stream included) and weights as a training never stopped, and removes the file."""
-    x, y = mnist["train"]
-    test_x, test_y = mnist["test"]
-
     def fit(state=None, patience=None):
-        models = []
-        for seed in (0, 1):
-            torch.manual_seed(seed)
-            models.append(reference_script_cnn(1, 10, 28))
-        return train_stacked(models, [x[:128], x[128:256]], [y[:128], y[128:256]], [test_x[:100]] * 2,
-                             [test_y[:100]] * 2, lrs=[0.0, 0.0], seeds=[0, 1], max_epochs=5, batch_size=64,
-                             device="cpu", state_file=state, vectorize=False, patience=patience)
+        return two_authors_cnns(mnist, (0.0, 0.0), 5, False, state_file=state, patience=patience)
 
     _, whole = fit()
     state = tmp_path / "stacked-state.pt"
@@ -117,10 +113,6 @@ def test_a_training_stopped_by_patience_keeps_its_state_and_continues_to_the_las
     assert [len(h) for h in stopped] == [3, 3] and state.exists()
     _, continued = fit(state)
     assert not state.exists()
-
-    def untimed(histories):
-        return [[{k: v for k, v in r.items() if k != "seconds"} for r in h] for h in histories]
-
     assert untimed(continued) == untimed(whole)
     assert len({r["loss"] for r in whole[0]}) > 1  # the dropout masks differ from epoch to epoch
 

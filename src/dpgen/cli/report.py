@@ -389,8 +389,8 @@ def plot_authors_eval(spec_path: Path, path: Path) -> bool:
         if method.get("paper_name", "paper") != "paper":  # numbers of another paper: scored by its evaluation
             continue
         for key, cell in (method.get("cells") or {}).items():
-            result = spec_path.parent / cell["run"] / REFERENCE_EVAL
-            result = json.loads(result.read_text()) if result.is_file() else {}
+            evaluated = spec_path.parent / cell["run"] / REFERENCE_EVAL
+            result = json.loads(evaluated.read_text()) if evaluated.is_file() else {}
             history = result.get("downstream", {}).get("history")
             if history:
                 data, _, eps = key.rpartition("_")
