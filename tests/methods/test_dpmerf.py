@@ -118,6 +118,54 @@ def test_a_noise_free_run_learns_the_class_means():
     assert after < 0.2 * before, (before, after)  # measured over 3 seeds: 0.38 -> 0.017..0.019
 
 
+class LearningRates(pl.Callback):
+    """The rate each step took."""
+
+    def __init__(self):
+        self.rates = []
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self.rates.append(trainer.optimizers[0].param_groups[0]["lr"])
+
+
+def test_cosine_decay_takes_each_step_at_its_cosine_rate_and_still_learns():
+    torch.manual_seed(0)
+    model = tiny(lr=1e-2, lr_decay="cosine")
+    model.sigma = 1e-9
+    before, seen = class_mean_distance(model), LearningRates()
+    fit(model, 150, callbacks=[seen])
+    assert seen.rates == pytest.approx([1e-2 * (1 + math.cos(math.pi * t / 150)) / 2 for t in range(150)], abs=1e-12)
+    assert class_mean_distance(model) < 0.2 * before
+    with pytest.raises(ValueError, match="lr_decay must be one of"):
+        tiny(lr_decay="linear")
+
+
+def test_a_run_resumed_from_its_checkpoint_continues_the_cosine_schedule(tmp_path):
+    def run(ckpt=None, stop_at=None):
+        seen = LearningRates()
+        callbacks = [seen] + ([StopAt(stop_at)] if stop_at else [])
+        trainer = pl.Trainer(max_steps=8, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                             enable_checkpointing=False, callbacks=callbacks, default_root_dir=tmp_path,
+                             accelerator="cpu")
+        trainer.fit(tiny(lr_decay="cosine"), datamodule=Images(batch_size=8), ckpt_path=ckpt)
+        return trainer, seen.rates
+
+    first, before = run(stop_at=3)  # cut off after its 3rd step (of 8)
+    ckpt = tmp_path / "cut.ckpt"
+    first.save_checkpoint(ckpt)
+    _, after = run(ckpt)
+    cosine = [1e-2 * (1 + math.cos(math.pi * t / 8)) / 2 for t in range(8)]
+    assert before[:3] + after == pytest.approx(cosine, abs=1e-12) and len(after) == 5
+
+
+class StopAt(pl.Callback):
+    def __init__(self, step):
+        self.step = step
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        trainer.should_stop = trainer.global_step >= self.step
+
+
 def test_the_conv_generator_is_one_config_switch_away_and_trains():
     model = tiny(generator={"kind": "conv", "fc": {"hidden": [32]},
                             "conv": {"fc_dim": 16, "start_channels": 8, "deconv_channels": [8]}})

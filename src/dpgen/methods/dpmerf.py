@@ -24,6 +24,7 @@ from dpgen.privacy.rdp import DEFAULT_ORDERS
 log = logging.getLogger(__name__)
 FEATURES_KEY = "dpmerf_features"
 LABELS = ("balanced", "released")
+LR_DECAYS = (None, "cosine")  # method.module.lr_decay
 KIND_LABELS = {"image": "balanced", "table": "released"}  # labels=None
 IMAGE_BANDWIDTH = 5.0  # bandwidth=None for images, on [0, 1] pixels (the value of the measured MNIST runs)
 TABLE_BANDWIDTH_PER_COLUMN = 0.2  # bandwidth=None for tables: this times sqrt(columns), on the datamodule's [0, 1]
@@ -87,7 +88,7 @@ class DPMERF(PrivateGenerator):
     def __init__(self, shape, num_classes, kind, epsilon: float, delta: float, conversion: str = "gdp",
                  batch_size: int = 500, n_features: int = 10_000, bandwidth: float | list[float] | None = None,
                  count_feature: float = 0.2, z_dim: int = 20, lr: float = 1e-2, labels: str | None = None,
-                 chunk_size: int = 4096, features: list[dict] | None = None,
+                 chunk_size: int = 4096, features: list[dict] | None = None, lr_decay: str | None = None,
                  generator: dict | None = None, guide: dict | None = None, seed: int = 0):
         if kind not in KIND_LABELS:
             raise ValueError(f"method=dpmerf supports image and table data, not {kind!r}")
@@ -95,6 +96,8 @@ class DPMERF(PrivateGenerator):
         if labels not in LABELS:
             raise ValueError(f"labels must be one of {LABELS}, got {labels!r}")
         guide_spec = None if guide is None else check_guide(guide, conversion)
+        if lr_decay not in LR_DECAYS:
+            raise ValueError(f"method.module.lr_decay must be one of {LR_DECAYS}, got {lr_decay!r}")
         if conversion == "pld":
             raise ValueError("method=dpmerf makes one Gaussian release, for which privacy.conversion=gdp is exact: "
                              "use gdp (pld would only add discretization error)")
@@ -107,6 +110,7 @@ class DPMERF(PrivateGenerator):
         self.epsilon, self.delta, self.conversion = float(epsilon), float(delta), conversion
         self.batch_size, self.lr, self.labels, self.chunk_size = int(batch_size), float(lr), labels, int(chunk_size)
         self.count_feature = float(count_feature)
+        self.lr_decay = lr_decay
         bandwidth = default_bandwidth(kind, self.shape) if bandwidth is None else bandwidth
         # None: the pixel random Fourier features alone; a list: a weighted concatenation of feature blocks
         # (aggregation/feature_maps.py), rows of norm 1 either way, so the sensitivity below holds for both
@@ -147,7 +151,16 @@ class DPMERF(PrivateGenerator):
                            feature_bound=None, label_every_layer=False, batch_norm=batch_norm, **arch)
 
     def configure_optimizers(self):
+        if self.lr_decay is not None and not self.trainer.max_steps > 0:
+            raise ValueError("method.module.lr_decay=cosine anneals over the run's steps: set method.max_steps")
         return torch.optim.Adam(self.net_g.parameters(), lr=self.lr)
+
+    def step_lr(self) -> float:
+        """lr_decay=cosine: lr (1 + cos(pi t / T)) / 2 at step t of T = max_steps, from the step count alone, so
+        that a resumed run takes the rate of its step"""
+        if self.lr_decay is None:
+            return self.lr
+        return self.lr * (1 + math.cos(math.pi * self.global_step / self.trainer.max_steps)) / 2
 
     # privacy
 
@@ -273,6 +286,8 @@ class DPMERF(PrivateGenerator):
         y = self.sample_labels(self.batch_size)
         loss = self.embedding_loss(self.net_g(self.latent(self.batch_size), y), y)
         opt = self.optimizers()
+        for group in opt.param_groups:
+            group["lr"] = self.step_lr()
         opt.zero_grad()
         self.manual_backward(loss)
         opt.step()
