@@ -48,6 +48,7 @@ ADDED_SINCE = {
     "eval.private_val.budget": None, "eval.callbacks.downstream.private_val_budget": None,  # no stated budget
     "method.module.features": None,  # DP-MERF's pixel random Fourier features
     "method.module.guide": None,  # DP-MERF without a guide (its second release)
+    "method.module.lr_decay": None,  # DP-MERF's generator at its constant rate
     "method.module.critic_fakes": "own",  # GS-WGAN's fakes as its loop drew them
     "method.module.ema_decay": 0.0,  # the trained generator released, no moving average
     # the non-private GAN's rows predate the three selection protocols and the downstream options: the CNN of
