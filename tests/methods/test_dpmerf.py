@@ -56,11 +56,11 @@ def tiny(shape=SHAPE, **kw):
     return DPMERF(shape, 2, "image", **args)
 
 
-def fit(model, steps, callbacks=(), root=None, datamodule=Images):
+def fit(model, steps, callbacks=(), root=None, datamodule=Images, ckpt=None):
     trainer = pl.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, callbacks=list(callbacks), default_root_dir=root,
                          accelerator="cpu")
-    trainer.fit(model, datamodule=datamodule(batch_size=8))
+    trainer.fit(model, datamodule=datamodule(batch_size=8), ckpt_path=ckpt)
     return trainer
 
 
@@ -143,11 +143,7 @@ def test_cosine_decay_takes_each_step_at_its_cosine_rate_and_still_learns():
 def test_a_run_resumed_from_its_checkpoint_continues_the_cosine_schedule(tmp_path):
     def run(ckpt=None, stop_at=None):
         seen = LearningRates()
-        callbacks = [seen] + ([StopAt(stop_at)] if stop_at else [])
-        trainer = pl.Trainer(max_steps=8, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                             enable_checkpointing=False, callbacks=callbacks, default_root_dir=tmp_path,
-                             accelerator="cpu")
-        trainer.fit(tiny(lr_decay="cosine"), datamodule=Images(batch_size=8), ckpt_path=ckpt)
+        trainer = fit(tiny(lr_decay="cosine"), 8, [seen] + ([StopAt(stop_at)] if stop_at else []), tmp_path, ckpt=ckpt)
         return trainer, seen.rates
 
     first, before = run(stop_at=3)  # cut off after its 3rd step (of 8)
