@@ -112,6 +112,14 @@ def test_a_release_with_a_labeller_labels_its_samples_by_it():
     assert torch.equal(y, torch.arange(500) % 2)  # no labeller: the labels asked for
     x, y = sample({**release, "labeller": Bright()}, 500, seed=0, batch_size=128)
     assert torch.equal(y, (x.flatten(1).mean(1) > 0.5).long()) and 0 < y.sum() < 500
+    class Brightness(nn.Module):  # graded: the brighter, the likelier class 1
+        def forward(self, x):
+            return torch.stack([torch.zeros(len(x)), x.flatten(1).mean(1)], 1)
+
+    # with labeller_shares (guide.rule=shares): the release's shares, the brightest samples class 1
+    x, y = sample({**release, "labeller": Brightness(), "labeller_shares": [0.9, 0.1]}, 500, seed=0, batch_size=128)
+    bright = x.flatten(1).mean(1)
+    assert int(y.sum()) == 50 and bright[y == 1].min() >= bright[y == 0].max()
 
 
 def test_a_labeller_that_still_holds_dpsgd_gradients_is_refused(tmp_path):

@@ -10,7 +10,7 @@ import torch
 from dpgen.aggregation.mean_embedding import MECHANISM
 from dpgen.data.base import DPGenDataModule, TensorData
 from dpgen.methods.dpmerf import DPMERF
-from dpgen.methods.guide import TABLE_HIDDEN, relabel
+from dpgen.methods.guide import TABLE_HIDDEN, quotas, relabel
 from dpgen.privacy.two_stage import DPSGD
 
 warnings.filterwarnings("ignore")
@@ -102,7 +102,8 @@ def test_bad_table_settings_are_refused(kw, words):
 
 def test_a_guided_table_run_labels_its_samples_by_a_dpsgd_mlp_within_the_budget():
     """method.module.guide on a table: guide_mlp trained by DP-SGD after the release, both within eps = 1; the
-    guide separates the classes, and the samples' labels are its classes."""
+    guide separates the classes, and the samples' labels are its classes at the released class shares (rule
+    shares, the tables' default)."""
     torch.manual_seed(0)
     model = tiny(conversion="improved", guide={"epochs": 20, "batch_size": 100, "lr": 2.0, "clip": 1.0})
     fit(model, 30)
@@ -111,7 +112,9 @@ def test_a_guided_table_run_labels_its_samples_by_a_dpsgd_mlp_within_the_budget(
     assert set(report) == {MECHANISM, DPSGD} and report[DPSGD]["count"] == model.guide_plan["steps"] == 80
     assert model.ledger.epsilon(1e-5, "data_independent", "improved")[0] <= 1.0
     x, y = model.sample(400, torch.arange(400) % 2)
-    assert torch.equal(y, relabel(model.guide_net, x))
+    shares = model.class_probs.tolist()
+    assert model.guide_spec["rule"] == "shares" and model.release()["labeller_shares"] == shares
+    assert torch.equal(y, relabel(model.guide_net, x, shares=shares)) and int(y.sum()) == quotas(shares, 400)[1]
     real_x, real_y = mixed_table()
     # the classes differ by 0.6 in column 0 (std 0.05) and mostly by colour: at noise multiplier 11 the guide reads
     # them apart (4 runs, OS-entropy noise: 0.935-0.973 of the records; chance 0.5)

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from dpgen.callbacks import PrivacyBudget
-from dpgen.methods.guide import GuidedGenerator, guide_cnn, relabel, train_dpsgd
+from dpgen.methods.guide import GuidedGenerator, guide_cnn, match_shares, quotas, relabel, train_dpsgd
 from dpgen.privacy.two_stage import DPSGD, RELEASE, dpsgd_steps
 
 import test_dpmerf
@@ -95,6 +95,29 @@ def test_relabel_gives_each_sample_the_guides_class():
     assert torch.equal(relabel(SignGuide(), x, batch_size=1000), (x.flatten(1)[:, 0] > 0).long())
 
 
+def test_match_shares_keeps_the_class_shares_and_ranks_by_the_guide():
+    """Two classes: the records of highest probability of class 1 get class 1, as many as the quota (an independent
+    sort); quotas split n by largest remainder; where the argmax fills the quotas, match_shares is the argmax."""
+    p1 = torch.rand(1000, generator=torch.Generator().manual_seed(0)) * 0.4  # a guide that calls every record class 0
+    probs = torch.stack([1 - p1, p1], 1)
+    labels = match_shares(probs, [0.8265, 0.1735])
+    assert quotas([0.8265, 0.1735], 1000) == [827, 173] and int(labels.sum()) == 173
+    assert set(torch.argsort(p1, descending=True)[:173].tolist()) == set(labels.nonzero().squeeze(1).tolist())
+    assert quotas([1, 1, 1], 10) == [4, 3, 3] and quotas([0.5, 0.25, 0.25], 7) == [3, 2, 2]
+    probs = torch.softmax(torch.randn(600, 3, generator=torch.Generator().manual_seed(1)) * 3, 1)
+    counts = torch.bincount(probs.argmax(1), minlength=3).tolist()
+    assert torch.equal(match_shares(probs, counts), probs.argmax(1))
+    labels = match_shares(probs, [1, 1, 1])
+    assert torch.bincount(labels).tolist() == [200, 200, 200]
+    # a record moved off its most likely class is only ever put where that class had no room left
+    assert (probs.gather(1, labels[:, None]).squeeze(1) <= probs.max(1).values).all()
+    x = torch.randn(400, *SHAPE)
+    assert torch.equal(relabel(SignGuide(), x, shares=[0.5, 0.5]), match_shares(SignGuide()(x).softmax(1), [0.5, 0.5]))
+    for bad in ([1.0], [-1.0, 2.0], [0.0, 0.0]):
+        with pytest.raises(ValueError, match="shares"):
+            match_shares(probs[:, :2] if len(bad) == 2 else probs, bad)
+
+
 def test_guide_settings_are_checked():
     with pytest.raises(ValueError, match="improved"):
         tiny(guide={})  # the default conversion gdp cannot compose DP-SGD
@@ -104,6 +127,9 @@ def test_guide_settings_are_checked():
         tiny(guide={"share": 1.0}, conversion="improved")
     with pytest.raises(ValueError, match="mode"):
         tiny(guide={"mode": "vote"}, conversion="improved")
+    with pytest.raises(ValueError, match="rule"):
+        tiny(guide={"rule": "vote"}, conversion="improved")
+    assert tiny(guide={}, conversion="improved").guide_spec["rule"] == "argmax"  # images: the measured default
     with pytest.raises(ValueError, match="16 x 16"):
         guide_cnn((1, 8, 8), 2)
 
@@ -124,6 +150,7 @@ def test_a_guided_run_spends_the_budget_on_the_release_and_the_guide(tmp_path):
     # mode=relabel (the default): the guide labels every sample, and the release carries it for generate.py
     x, y = model.sample(40, torch.zeros(40, dtype=torch.long))
     assert torch.equal(y, relabel(model.guide_net, x)) and model.release()["labeller"] is model.guide_net
+    assert model.release()["labeller_shares"] is None  # images: rule argmax
     assert not isinstance(model.generator, GuidedGenerator)
     assert isinstance(tiny(conversion="improved", guide={"mode": "filter"}).generator, GuidedGenerator)
     # a resumed fit trains the guide no more

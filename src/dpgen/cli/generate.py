@@ -53,7 +53,7 @@ def sample(release: dict, n: int, seed: int, batch_size: int) -> tuple[torch.Ten
     x = generate(release["generator"], labels, release["z_dim"], release["latent_dist"], batch_size,
                  release.get("sample_batch_norm"))
     if release.get("labeller") is not None:  # DP-MERF's guide in mode=relabel (methods/guide.py)
-        labels = relabel(release["labeller"], x, batch_size)
+        labels = relabel(release["labeller"], x, batch_size, release.get("labeller_shares"))
     return x, labels
 
 

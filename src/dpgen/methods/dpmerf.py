@@ -14,7 +14,7 @@ from dpgen.aggregation import feature_maps, mean_embedding
 from dpgen.callbacks.checkpoint_io import CheckpointError
 from dpgen.data.base import TensorData
 from dpgen.methods.base import PrivateGenerator
-from dpgen.methods.guide import MODES, GuidedGenerator, guide_net, relabel, train_dpsgd
+from dpgen.methods.guide import MODES, RULES, GuidedGenerator, guide_net, relabel, train_dpsgd
 from dpgen.nn.fc import FCGenerator
 from dpgen.privacy import two_stage
 from dpgen.privacy.gaussian import gaussian_sigma
@@ -31,7 +31,8 @@ TABLE_BANDWIDTH_PER_COLUMN = 0.2  # bandwidth=None for tables: this times sqrt(c
 # method.module.guide: a DP-SGD classifier trained after the release that labels (or filters) the samples
 # (methods/guide.py); its settings, the measured ones (docs/methods/dpmerf.md, "The guide")
 GUIDE_DEFAULTS = {"share": 0.5, "epochs": 8, "batch_size": 512, "lr": 2.0, "momentum": 0.9, "clip": 0.1,
-                  "mode": "relabel", "tries": 10}
+                  "mode": "relabel", "tries": 10, "rule": None}
+KIND_RULES = {"image": "argmax", "table": "shares"}  # guide.rule=None (methods/guide.py `relabel`)
 POST_PROCESSING = ("the run's only access to private data, once before training; every training step reads this "
                    "release alone (post-processing: no privacy cost)")
 
@@ -50,8 +51,9 @@ def record_chunks(data: TensorData, size: int) -> Iterator[tuple[torch.Tensor, t
         yield data[start:start + size]
 
 
-def check_guide(guide: dict, conversion: str) -> dict:
-    """The guide's settings over GUIDE_DEFAULTS; ValueError for unknown keys or an unsupported conversion."""
+def check_guide(guide: dict, conversion: str, kind: str = "image") -> dict:
+    """The guide's settings over GUIDE_DEFAULTS, rule=None resolved for the data's `kind` (KIND_RULES); ValueError
+    for unknown keys or values, or an unsupported conversion."""
     unknown = sorted(set(guide) - set(GUIDE_DEFAULTS))
     if unknown:
         raise ValueError(f"unknown method.module.guide settings {unknown}; known: {sorted(GUIDE_DEFAULTS)}")
@@ -59,6 +61,9 @@ def check_guide(guide: dict, conversion: str) -> dict:
         raise ValueError(f"method.module.guide composes a Gaussian release with DP-SGD by RDP: give "
                          f"privacy.conversion=improved (or classical), not {conversion!r}")
     spec = {**GUIDE_DEFAULTS, **guide}
+    spec["rule"] = KIND_RULES.get(kind, "argmax") if spec["rule"] is None else spec["rule"]
+    if spec["rule"] not in RULES:
+        raise ValueError(f"method.module.guide.rule must be one of {RULES} (or null), got {spec['rule']!r}")
     two_stage.check_share(spec["share"])
     if spec["mode"] not in MODES:
         raise ValueError(f"method.module.guide.mode must be one of {MODES}, got {spec['mode']!r}")
@@ -95,7 +100,7 @@ class DPMERF(PrivateGenerator):
         labels = KIND_LABELS[kind] if labels is None else labels
         if labels not in LABELS:
             raise ValueError(f"labels must be one of {LABELS}, got {labels!r}")
-        guide_spec = None if guide is None else check_guide(guide, conversion)
+        guide_spec = None if guide is None else check_guide(guide, conversion, kind)
         if lr_decay not in LR_DECAYS:
             raise ValueError(f"method.module.lr_decay must be one of {LR_DECAYS}, got {lr_decay!r}")
         if conversion == "pld":
@@ -243,14 +248,22 @@ class DPMERF(PrivateGenerator):
         """With a guide in mode=relabel: the guide, whose class labels each sample (methods/guide.py `relabel`)."""
         return self.guide_net if self.guide_spec is not None and self.guide_spec["mode"] == "relabel" else None
 
+    @property
+    def labeller_shares(self) -> list[float] | None:
+        """With guide.rule=shares, the class shares the labeller's labels keep (`match_shares`): the released class
+        shares (labels=released) or equal ones (balanced), both public or released; None for the argmax."""
+        if self.labeller is None or self.guide_spec["rule"] != "shares":
+            return None
+        return [1 / self.num_classes] * self.num_classes if self.class_probs is None else self.class_probs.tolist()
+
     def sample(self, n: int, labels: torch.Tensor | None = None, batch_size: int = 1000):
         """`(x, y)` as the base class draws them, y replaced by the guide's classes in mode=relabel."""
         x, y = super().sample(n, labels, batch_size)
-        return (x, y) if self.labeller is None else (x, relabel(self.labeller, x, batch_size))
+        return (x, y) if self.labeller is None else (x, relabel(self.labeller, x, batch_size, self.labeller_shares))
 
     def release(self) -> dict:
         """The base release and, in mode=relabel, the guide that labels the samples (generate.py)."""
-        return {**super().release(), "labeller": self.labeller}
+        return {**super().release(), "labeller": self.labeller, "labeller_shares": self.labeller_shares}
 
     def feature_record(self) -> dict:
         """The public description of the feature map, for the ledger: n_features, bandwidth and feature_seed of the

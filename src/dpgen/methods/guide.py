@@ -1,6 +1,7 @@
 """A guide: a small classifier of the private data trained once with DP-SGD, which labels or filters a generator's
 samples (method.module.guide of method=dpmerf; docs/methods/dpmerf.md, "The guide"). mode=relabel: each sample
-G(z, y) gets the guide's class as its label (`relabel`); mode=filter: `GuidedGenerator` draws G(z, y) again (fresh
+G(z, y) gets the guide's class as its label (`relabel`: its most likely class, or with class shares given, the
+classes assigned so that their shares are the released ones, `match_shares`); mode=filter: `GuidedGenerator` draws G(z, y) again (fresh
 z, up to `tries` times) for every sample the guide reads as another class than y. Either is a randomised function of
 (z, y) and of two released models: post-processing of both."""
 from __future__ import annotations
@@ -91,14 +92,52 @@ def strip_private_state(net: nn.Module) -> None:
 
 
 MODES = ("relabel", "filter")
+RULES = ("argmax", "shares")  # how mode=relabel labels: the guide's most likely class, or `match_shares`
 
 
 @torch.no_grad()
-def relabel(guide: nn.Module, x: torch.Tensor, batch_size: int = 1000) -> torch.Tensor:
-    """The guide's class for each record of `x` (on the guide's device, in batches): the labels of a relabelled
-    synthetic data set (method.module.guide.mode=relabel)."""
+def relabel(guide: nn.Module, x: torch.Tensor, batch_size: int = 1000,
+            shares: list[float] | None = None) -> torch.Tensor:
+    """The labels of a relabelled synthetic data set (method.module.guide.mode=relabel): each record of `x` gets the
+    guide's most likely class (the guide on its device, in batches), or, with class `shares`, the class that
+    `match_shares` assigns from the guide's probabilities."""
     device = next(guide.parameters(), torch.empty(0)).device
-    return torch.cat([guide(chunk.to(device)).argmax(1).cpu() for chunk in x.split(batch_size)])
+    logits = torch.cat([guide(chunk.to(device)).cpu() for chunk in x.split(batch_size)])
+    return logits.argmax(1) if shares is None else match_shares(logits.softmax(1), shares)
+
+
+def quotas(shares: list[float], n: int) -> list[int]:
+    """n split into whole counts in proportion to `shares` (normalised), the remainder to the largest fractional
+    parts (ties to the lower class)."""
+    share = torch.as_tensor(shares, dtype=torch.float64)
+    if share.dim() != 1 or not (share >= 0).all() or not share.sum() > 0:
+        raise ValueError(f"class shares must be non-negative with a positive sum, got {shares}")
+    exact = share / share.sum() * n
+    counts = exact.floor().long()
+    order = sorted(range(len(shares)), key=lambda c: (-(exact[c] - counts[c]).item(), c))
+    for c in order[:n - int(counts.sum())]:
+        counts[c] += 1
+    return counts.tolist()
+
+
+def match_shares(probs: torch.Tensor, shares: list[float]) -> torch.Tensor:
+    """Labels for the n rows of `probs` (n, K) whose class counts are `quotas(shares, n)`: the (record, class) pairs
+    taken in order of probability, highest first, each record labelled by its first pair whose class has room left.
+    Where the most likely classes already fill the quotas this is the argmax; with two classes, the records of
+    highest probability of class 1 are class 1. A guide that reads every record as the common class of a table
+    thus still ranks them: its labels keep the release's class shares instead of collapsing to one class."""
+    n, k = probs.shape
+    if len(shares) != k:
+        raise ValueError(f"{len(shares)} class shares for a guide of {k} classes")
+    room = quotas(shares, n)
+    labels, left = [-1] * n, n
+    for pair in torch.argsort(probs.flatten(), descending=True, stable=True).tolist():
+        record, c = divmod(pair, k)
+        if labels[record] < 0 and room[c] > 0:
+            labels[record], room[c], left = c, room[c] - 1, left - 1
+            if left == 0:
+                break
+    return torch.tensor(labels, dtype=torch.long)
 
 
 class GuidedGenerator(nn.Module):
