@@ -112,6 +112,7 @@ def test_a_release_with_a_labeller_labels_its_samples_by_it():
     assert torch.equal(y, torch.arange(500) % 2)  # no labeller: the labels asked for
     x, y = sample({**release, "labeller": Bright()}, 500, seed=0, batch_size=128)
     assert torch.equal(y, (x.flatten(1).mean(1) > 0.5).long()) and 0 < y.sum() < 500
+
     class Brightness(nn.Module):  # graded: the brighter, the likelier class 1
         def forward(self, x):
             return torch.stack([torch.zeros(len(x)), x.flatten(1).mean(1)], 1)

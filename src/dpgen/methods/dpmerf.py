@@ -61,7 +61,7 @@ def check_guide(guide: dict, conversion: str, kind: str = "image") -> dict:
         raise ValueError(f"method.module.guide composes a Gaussian release with DP-SGD by RDP: give "
                          f"privacy.conversion=improved (or classical), not {conversion!r}")
     spec = {**GUIDE_DEFAULTS, **guide}
-    spec["rule"] = KIND_RULES.get(kind, "argmax") if spec["rule"] is None else spec["rule"]
+    spec["rule"] = KIND_RULES[kind] if spec["rule"] is None else spec["rule"]
     if spec["rule"] not in RULES:
         raise ValueError(f"method.module.guide.rule must be one of {RULES} (or null), got {spec['rule']!r}")
     two_stage.check_share(spec["share"])
