@@ -197,8 +197,8 @@ def resumable_aim(checkpoint: Path, iters: int = 1000, warm_start: bool = False,
                     state.update(rho_used=rho_used, terminate=terminate, round=state["round"] + 1,
                                  pending={"clique": tuple(cl), "z": z, "sigma": sigma, "epsilon": epsilon})
                     save(state)  # the round's draws, before anything else
-                    print(f"round {state['round']}: {cl} size {z.size}, budget used {rho_used / self.rho:.3f}",
-                          flush=True)
+                    print(f"{time.strftime('%H:%M:%S')} round {state['round']}: {cl} size {z.size}, budget used "
+                          f"{rho_used / self.rho:.3f}", flush=True)
                 pending = state["pending"]
                 model = estimate(state, iters, model)
                 w = np.asarray(model.project(pending["clique"]).datavector())
