@@ -2,8 +2,8 @@
 samples (method.module.guide of method=dpmerf; docs/methods/dpmerf.md, "The guide"). mode=relabel: each sample
 G(z, y) gets the guide's class as its label (`relabel`: its most likely class, or with class shares given, the
 classes assigned so that their shares are the released ones, `match_shares`); mode=filter: `GuidedGenerator` draws
-G(z, y) again (fresh z, up to `tries` times) for every sample the guide reads as another class than y. Either is a randomised function of
-(z, y) and of two released models: post-processing of both."""
+G(z, y) again (fresh z, up to `tries` times) for every sample the guide reads as another class than y. Either is a
+randomised function of (z, y) and of two released models: post-processing of both."""
 from __future__ import annotations
 
 import math
