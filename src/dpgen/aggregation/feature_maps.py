@@ -11,6 +11,7 @@ A map provides
 Maps whose rows are too long to build for a generated batch (NTKFeatures) compute the last two without them."""
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -182,6 +183,76 @@ class PooledFourierFeatures(nn.Module):
         return self.rff(nn.functional.avg_pool2d(x, self.pool) if self.pool > 1 else x)
 
 
+class MarginalFeatures(nn.Module):
+    """A table's `order`-way marginals as a feature map, for records in the tabular datamodules' layout
+    (data/tables.py: the continuous columns in [0, 1], then one one-hot block per categorical column; `one_hot` the
+    blocks' sizes). Each column c becomes a unit vector u_c: a categorical block its row normalised (exactly its
+    one-hot row for a real record), a continuous column `bins` Gaussian bumps exp(-((x - m_b) bins)^2 / 2) at the
+    bin centres m_b = (b + 1/2) / bins, normalised (a soft histogram bin, differentiable for the generator). The
+    row is [u_c1 x .. x u_c_order for each set of `order` columns] / sqrt(number of sets), flattened tensor
+    products: each product of unit vectors has norm 1, so the row has norm exactly 1. The kernel is the mean over
+    column sets of the product of their columns' kernels, and a class's mean embedding holds the class's soft
+    `order`-way marginals, the statistics marginal-based synthesizers measure (MST, AIM); DP-HP's sum kernel
+    (Vinaroz et al., ICML 2022, section 4) is the order-1 case with Hermite features. A non-finite continuous entry
+    counts as 0, values outside [0, 1] are clipped, and a block with no positive entry maps to its uniform unit
+    vector, so every record's row has norm 1, whatever it holds."""
+
+    def __init__(self, dim: int, one_hot: Sequence[int], bins: int, order: int):
+        super().__init__()
+        self.one_hot = tuple(int(k) for k in one_hot)
+        self.n_continuous = int(dim) - sum(self.one_hot)
+        self.bins, self.order = int(bins), int(order)
+        columns = self.n_continuous + len(self.one_hot)
+        if self.n_continuous < 0 or any(k < 1 for k in self.one_hot) or self.bins < 1:
+            raise ValueError(f"one-hot blocks {list(self.one_hot)} of a {dim}-column table with {bins} bins: need "
+                             "blocks of >= 1 column that fit in the table and bins >= 1")
+        if not 1 <= self.order <= columns:
+            raise ValueError(f"need 1 <= order <= {columns} (the table's columns), got {order}")
+        self.sizes = [self.bins] * self.n_continuous + list(self.one_hot)
+        self.sets = list(itertools.combinations(range(columns), self.order))
+        self.n_features = sum(math.prod(self.sizes[c] for c in s) for s in self.sets)
+        self.register_buffer("centres", (torch.arange(self.bins, dtype=torch.float32) + 0.5) / self.bins,
+                             persistent=False)
+
+    def describe(self) -> dict:
+        return {"kind": "marginals", "order": self.order, "bins": self.bins, "one_hot": list(self.one_hot)}
+
+    def columns(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """u_c (n, size_c) for each column, every row of norm 1."""
+        x = x.flatten(1).to(self.centres.dtype)
+        cont, *blocks = x.split([self.n_continuous, *self.one_hot], 1)
+        cont = torch.nan_to_num(cont, nan=0.0, posinf=0.0, neginf=0.0).clamp(0, 1)
+        units = []
+        for c in range(self.n_continuous):
+            bumps = torch.exp(-0.5 * ((cont[:, c:c + 1] - self.centres) * self.bins) ** 2)
+            units.append(bumps / bumps.norm(dim=1, keepdim=True))  # the nearest bump is >= exp(-1/8)
+        for block in blocks:
+            block = torch.nan_to_num(block, nan=0.0, posinf=0.0, neginf=0.0).clamp(min=0)
+            top = block.amax(dim=1, keepdim=True)
+            block = block / torch.where(top > 0, top, torch.ones_like(top))  # in [0, 1]: its norm cannot overflow
+            norm = block.norm(dim=1, keepdim=True)
+            uniform = torch.full_like(block, 1 / math.sqrt(block.shape[1]))
+            units.append(torch.where(norm > 0, block / torch.where(norm > 0, norm, torch.ones_like(norm)), uniform))
+        return units
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        units = self.columns(x)
+        parts = []
+        for s in self.sets:
+            prod = units[s[0]]
+            for c in s[1:]:
+                prod = (prod[:, :, None] * units[c][:, None, :]).flatten(1)
+            parts.append(prod)
+        return torch.cat(parts, 1) / math.sqrt(len(self.sets))
+
+    def class_sums(self, x: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
+        phi = self(x)
+        return onehot.to(phi.dtype).T @ phi
+
+    def mmd_loss(self, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return explicit_mmd_loss(self(x), y, target)
+
+
 class WeightedConcat(nn.Module):
     """[sqrt(w_1) phi_1(x), .., sqrt(w_J) phi_J(x)] with w_j = weight_j / sum(weights): every block has norm 1, so
     the row has norm sqrt(sum_j w_j) = 1 exactly, and the kernel is the weighted mean sum_j w_j k_j of the blocks'
@@ -242,9 +313,11 @@ def scale(bandwidth, factor: float):
     return bandwidth * factor if isinstance(bandwidth, (int, float)) else [b * factor for b in bandwidth]
 
 
-def build(spec: Sequence[dict] | None, shape: Sequence[int], n_features: int, bandwidth, seed: int) -> nn.Module:
+def build(spec: Sequence[dict] | None, shape: Sequence[int], n_features: int, bandwidth, seed: int,
+          one_hot: Sequence[int] | None = None) -> nn.Module:
     """The method's feature map: None: the pixel RandomFourierFeatures(n_features, bandwidth, seed) alone (DP-MERF);
-    otherwise a WeightedConcat of the listed blocks, each a dict {kind: rff | ntk | conv, weight, ...its options},
+    otherwise a WeightedConcat of the listed blocks, each a dict {kind: rff | ntk | conv | marginals, weight, ...its
+    options} (marginals: tables only, `one_hot` the sizes of the table's one-hot blocks),
     block j's random draws from seed + j (an rff block without n_features / bandwidth takes the method's; with
     pool p, PooledFourierFeatures, its default bandwidth is the method's / p: averaging p x p pixels divides the
     distance between two images by about p)."""
@@ -270,8 +343,12 @@ def build(spec: Sequence[dict] | None, shape: Sequence[int], n_features: int, ba
             blocks.append(ConvFeatures(shape, int(entry.pop("channels", 64)), int(entry.pop("kernel", 5)),
                                        int(entry.pop("pool", 7)), block_seed, moments=int(entry.pop("moments", 1)),
                                        bias_std=float(entry.pop("bias_std", 0.1)), stride=int(entry.pop("stride", 2))))
+        elif kind == "marginals":
+            if one_hot is None or len(shape) != 1:
+                raise ValueError("a marginals feature block reads a table's columns: it takes tabular data only")
+            blocks.append(MarginalFeatures(dim, one_hot, int(entry.pop("bins", 10)), int(entry.pop("order", 2))))
         else:
-            raise ValueError(f"unknown feature block kind {kind!r} (rff, ntk or conv)")
+            raise ValueError(f"unknown feature block kind {kind!r} (rff, ntk, conv or marginals)")
         if entry:
             raise ValueError(f"unknown options {sorted(entry)} for a {kind} feature block")
         weights.append(weight)
