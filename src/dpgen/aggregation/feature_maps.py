@@ -193,7 +193,7 @@ class MarginalFeatures(nn.Module):
     products: each product of unit vectors has norm 1, so the row has norm exactly 1. The kernel is the mean over
     column sets of the product of their columns' kernels, and a class's mean embedding holds the class's soft
     `order`-way marginals, the statistics marginal-based synthesizers measure (MST, AIM); DP-HP's sum kernel
-    (Vinaroz et al., ICML 2022, section 4) is the order-1 case with Hermite features. A non-finite continuous entry
+    (Vinaroz et al., ICML 2022) is the order-1 case with Hermite features. A non-finite continuous entry
     counts as 0, values outside [0, 1] are clipped, and a block with no positive entry maps to its uniform unit
     vector, so every record's row has norm 1, whatever it holds."""
 
