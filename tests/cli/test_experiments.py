@@ -164,9 +164,13 @@ def test_every_file_composes_under_its_name(name):
     if math.isinf(cfg.privacy.epsilon):  # not private: no budget in the name
         assert cell == cfg.data.name
     else:
-        # a variant of the method's cell names its option: _guide (method.module.guide), _ablation_<name>
-        assert re.fullmatch(rf"{cfg.data.name}_eps{float(cfg.privacy.epsilon):g}(_ablation_[\w.-]+|_guide)?", cell)
+        # a variant of the method's cell names its option: _guide (method.module.guide), _marginals
+        # (method.module.features with a marginals block), _ablation_<name>
+        assert re.fullmatch(rf"{cfg.data.name}_eps{float(cfg.privacy.epsilon):g}(_ablation_[\w.-]+|_guide|_marginals)?",
+                            cell)
         assert cell.endswith("_guide") == bool(cfg.method.module.get("guide") is not None)
+        kinds = [block["kind"] for block in (cfg.method.module.get("features") or [])]
+        assert cell.endswith("_marginals") == ("marginals" in kinds)
 
 
 @pytest.mark.parametrize("name", sorted(CELLS))
