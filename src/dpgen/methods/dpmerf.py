@@ -95,7 +95,8 @@ class DPMERF(PrivateGenerator):
     data kind's public defaults (default_bandwidth; labels balanced for images, released for tables). `features`
     None: phi is the pixel random Fourier features (n_features, bandwidth); a list of blocks: their weighted
     concatenation (aggregation/feature_maps.py: rff, ntk, conv, marginals), rows of norm 1 as well, so the
-    sensitivity and the noise are the same. The datamodule's loader only drives Lightning's steps; its batches are not used."""
+    sensitivity and the noise are the same. The datamodule's loader only drives Lightning's steps; its batches are
+    not used."""
 
     neighbouring = "add_remove"
 
