@@ -4,11 +4,12 @@ release's sensitivity sqrt(1 + a^2) does not depend on which map, or which weigh
 
 A map provides
 - `forward(x)`: the (n, n_features) unit rows (explicit; the tests' independent check, small sizes),
-- `class_sums(x, onehot)`: sum over the records of each class of their rows, (K, n_features), as the release needs,
-- `mmd_loss(x, y, target)`: sum_c |sum_{i: y_i = c} (phi(x_i) - target_c)|^2 / B^2, DP-MERF's generator loss
-  against the released class means `target` (K, n_features),
 - `describe()`: its public parameters (seed, sizes), for the ledger and for checking a resumed checkpoint.
-Maps whose rows are too long to build for a generated batch (NTKFeatures) compute the last two without them."""
+The module's `class_sums(features, x, onehot)` (sum over the records of each class of their rows, (K, n_features),
+as the release needs) and `mmd_loss(features, x, y, target)` (sum_c |sum_{i: y_i = c} (phi(x_i) - target_c)|^2 /
+B^2, DP-MERF's generator loss against the released class means `target`) use the explicit rows; a map whose rows
+are too long to build for a generated batch (NTKFeatures, WeightedConcat of such blocks) provides methods of the
+same names that compute them without the rows."""
 from __future__ import annotations
 
 import itertools
@@ -153,12 +154,6 @@ class ConvFeatures(nn.Module):
         fixed = torch.full_like(f, 1 / math.sqrt(self.n_features))
         return torch.where(good, f / torch.where(good, norm, torch.ones_like(norm)), fixed)
 
-    def class_sums(self, x: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
-        return onehot.to(self.w.dtype).T @ self(x)
-
-    def mmd_loss(self, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return explicit_mmd_loss(self(x), y, target)
-
 
 class PooledFourierFeatures(nn.Module):
     """The pixel random Fourier features of the image averaged over `pool` x `pool` blocks (a coarser resolution:
@@ -244,13 +239,6 @@ class MarginalFeatures(nn.Module):
                 prod = (prod[:, :, None] * units[c][:, None, :]).flatten(1)
             parts.append(prod)
         return torch.cat(parts, 1) / math.sqrt(len(self.sets))
-
-    def class_sums(self, x: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
-        phi = self(x)
-        return onehot.to(phi.dtype).T @ phi
-
-    def mmd_loss(self, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return explicit_mmd_loss(self(x), y, target)
 
 
 class WeightedConcat(nn.Module):
