@@ -45,15 +45,6 @@ def default_bandwidth(kind: str, shape) -> float:
     return IMAGE_BANDWIDTH if kind == "image" else TABLE_BANDWIDTH_PER_COLUMN * math.sqrt(math.prod(shape))
 
 
-def table_blocks(kind: str, generator: dict | None) -> list[int] | None:
-    """The sizes of a table's one-hot blocks, from the generator's `table.categorical` (the datamodule's public
-    category lists, conf/method/dpmerf.yaml); None for images."""
-    if kind != "table":
-        return None
-    categorical = ((generator or {}).get("table") or {}).get("categorical") or {}
-    return [len(values) for values in categorical.values()]
-
-
 def record_chunks(data: TensorData, size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """The records of `data` in order, `size` at a time: each record read exactly once."""
     for start in range(0, len(data), size):
@@ -129,8 +120,9 @@ class DPMERF(PrivateGenerator):
         bandwidth = default_bandwidth(kind, self.shape) if bandwidth is None else bandwidth
         # None: the pixel random Fourier features alone; a list: a weighted concatenation of feature blocks
         # (aggregation/feature_maps.py), rows of norm 1 either way, so the sensitivity below holds for both
+        # a table's one-hot layout is the generator's (nn/mixed_table.py), so the map reads its samples as records
         self.features = feature_maps.build(features, self.shape, n_features, bandwidth, seed,
-                                           one_hot=table_blocks(kind, generator))
+                                           one_hot=self.net_g.one_hot if kind == "table" else None)
         self.sensitivity = mean_embedding.sensitivity(self.count_feature)
         # with a guide the release is calibrated alone to its share of the budget, exactly (gdp), and the guide's
         # DP-SGD gets what the conversion leaves (privacy/two_stage.py)
