@@ -113,6 +113,22 @@ def test_the_loss_is_differentiable_in_relaxed_records():
     assert torch.isfinite(soft.grad).all() and soft.grad.abs().sum() > 0
 
 
+@pytest.mark.parametrize("order", [1, 2, 3])
+def test_sums_and_loss_without_the_rows_equal_the_explicit_ones_with_their_gradients(order):
+    phi = MarginalFeatures(DIM, ONE_HOT, BINS, order).double()
+    x, y, _ = table(15, 6)
+    onehot = torch.nn.functional.one_hot(y, 3).double()  # a third class with no record: its sums are 0
+    soft = (0.6 * x + 0.2).requires_grad_()
+    assert torch.allclose(phi.class_sums(soft, onehot), onehot.T @ phi(soft), atol=1e-12, rtol=0)
+    target = phi.class_sums(x, onehot) / 7
+    fast = phi.mmd_loss(soft, y, target)
+    (fast_grad,) = torch.autograd.grad(fast, soft)
+    explicit = feature_maps.explicit_mmd_loss(phi(soft), y, target)
+    (explicit_grad,) = torch.autograd.grad(explicit, soft)
+    assert fast.item() > 0 and math.isclose(fast.item(), explicit.item(), rel_tol=1e-10)
+    assert torch.allclose(fast_grad, explicit_grad, atol=1e-12, rtol=1e-9)
+
+
 def test_build_takes_the_tables_blocks_and_refuses_images_and_bad_settings():
     built = feature_maps.build([{"kind": "marginals", "bins": 5, "order": 1}], (DIM,), 64, 1.0, seed=0,
                                one_hot=ONE_HOT)
