@@ -160,3 +160,29 @@ def test_marginal_features_pass_the_tables_blocks_and_teach_the_generator_a_pair
                enable_model_summary=False, accelerator="cpu").fit(model, datamodule=PairedTable(batch_size=8))
     class0, class1 = agreement()
     assert class0 > 0.75 and class1 < 0.5, (class0, class1)  # truth 0.93 and 0.33
+
+
+def test_a_mixture_of_generators_trains_each_member_on_the_one_release_and_samples_all():
+    """generator.members=3: three generators with their own weights, each learning the class-conditional columns
+    from the same release (one Gaussian release in the ledger, as with one generator), sampled in turn."""
+    torch.manual_seed(0)
+    model = tiny(generator={"table": {"hidden": [32, 32], "categorical": CATEGORICAL}, "members": 3})
+    members = model.net_g.members
+    assert len(members) == 3 and model.net_g.one_hot == (3,)
+    first = [next(m.parameters()) for m in members]
+    assert not torch.equal(first[0], first[1])  # drawn afresh each
+    real_x, real_y = mixed_table()
+    truth = torch.stack([real_x[real_y == c].mean(0) for c in (0, 1)])
+    before = (class_means(model) - truth).abs().mean().item()
+    fit(model, 150)
+    assert model.ledger.summary(1e-5)["mechanisms"][MECHANISM]["count"] == 1
+    assert 1.0 * (1 - 1e-6) <= model.ledger.epsilon(1e-5, "data_independent", "gdp")[0] <= 1.0
+    model.net_g.eval()
+    labels = torch.arange(300) % 2
+    for member in members:  # every member learned, not only their mixture
+        torch.manual_seed(1)
+        x = member(model.latent(300), labels)
+        means = torch.stack([x[labels == c].mean(0) for c in (0, 1)])
+        assert (means - truth).abs().mean().item() < 0.25 * before
+    with pytest.raises(ValueError, match="members must be >= 1"):
+        tiny(generator={"members": 0})

@@ -16,6 +16,7 @@ from dpgen.data.base import TensorData
 from dpgen.methods.base import PrivateGenerator
 from dpgen.methods.guide import MODES, RULES, GuidedGenerator, guide_net, relabel, train_dpsgd
 from dpgen.nn.fc import FCGenerator
+from dpgen.nn.mixture import GeneratorMixture
 from dpgen.privacy import two_stage
 from dpgen.privacy.gaussian import gaussian_sigma
 from dpgen.privacy.ledger import NO_DATA_DEPENDENT_BOUND, PrivacyLedger
@@ -138,11 +139,17 @@ class DPMERF(PrivateGenerator):
         self.register_buffer("counts", torch.zeros(self.num_classes))
 
     def build_generator(self, kind: str | None = None, fc: dict | None = None, conv: dict | None = None,
-                        table: dict | None = None) -> nn.Module:
+                        table: dict | None = None, members: int = 1) -> nn.Module:
         """Images: kind="conv" (the default) the project's DCGAN-style conditional generator (nn/generator.py),
         `conv` its sizes; kind="fc": DP-MERF's MLP [z, y] -> hidden -> C*H*W (BatchNorm, ReLU, sigmoid output),
         `fc` its hidden sizes and batch_norm. Tables: kind="table" (the default), `table_generator(**table)`. All
-        sets live in the config, so `generator.kind` alone switches."""
+        sets live in the config, so `generator.kind` alone switches. members > 1: that many generators of the
+        kind, each drawn afresh and trained on the one release by itself, sampled as their equal mixture
+        (nn/mixture.py): post-processing of the same release, so the privacy cost is the same."""
+        if members < 1:
+            raise ValueError(f"method.module.generator.members must be >= 1, got {members}")
+        if members > 1:
+            return GeneratorMixture([self.build_generator(kind, fc, conv, table) for _ in range(members)])
         kind = kind or ("table" if self.kind == "table" else "conv")
         if (kind == "table") != (self.kind == "table"):
             raise ValueError(f"method.module.generator.kind={kind!r} does not fit {self.kind} data: tables take "
@@ -299,8 +306,13 @@ class DPMERF(PrivateGenerator):
         return feature_maps.mmd_loss(self.features, x, y, self.target)
 
     def training_step(self, batch, batch_idx):
-        y = self.sample_labels(self.batch_size)
-        loss = self.embedding_loss(self.net_g(self.latent(self.batch_size), y), y)
+        # a mixture's members each fit the release on a batch of their own; the loss is their mean
+        members = self.net_g.members if isinstance(self.net_g, GeneratorMixture) else [self.net_g]
+        losses = []
+        for member in members:
+            y = self.sample_labels(self.batch_size)
+            losses.append(self.embedding_loss(member(self.latent(self.batch_size), y), y))
+        loss = torch.stack(losses).mean()
         opt = self.optimizers()
         for group in opt.param_groups:
             group["lr"] = self.step_lr()
