@@ -49,6 +49,7 @@ ADDED_SINCE = {
     "method.module.features": None,  # DP-MERF's pixel random Fourier features
     "method.module.guide": None,  # DP-MERF without a guide (its second release)
     "method.module.lr_decay": None,  # DP-MERF's generator at its constant rate
+    "method.module.generator.members": 1,  # DP-MERF with one generator
     "method.module.critic_fakes": "own",  # GS-WGAN's fakes as its loop drew them
     "method.module.ema_decay": 0.0,  # the trained generator released, no moving average
     # the non-private GAN's rows predate the three selection protocols and the downstream options: the CNN of
