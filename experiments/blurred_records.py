@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from dpgen.cli.common import CONF_DIR
-from dpgen.data.base import default_root
 
 
 def blurred(frame: pd.DataFrame, ranges: dict, scale: float, bins: int, seed: int) -> pd.DataFrame:
@@ -40,10 +40,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     cfg = OmegaConf.load(CONF_DIR / "data" / f"{args.data}.yaml")
-    if not cfg.get("ranges"):
+    data = instantiate(cfg)  # the datamodule finds the file and reads the public ranges as training does
+    if data.scaling != "public":
         raise SystemExit(f"error: data={args.data} gives no public ranges for its continuous columns")
-    frame = pd.read_csv((Path(cfg.root) if cfg.get("root") else default_root()) / cfg.path)
-    ranges = {column: tuple(bounds) for column, bounds in OmegaConf.to_container(cfg.ranges).items()}
+    frame = pd.read_csv(data.csv_file(cfg.path))
+    ranges = {column: (float(low), float(high)) for column, low, high in zip(data.continuous, data.low, data.high)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     blurred(frame, ranges, args.scale, args.bins, args.seed).to_csv(args.out, index=False)
     print(f"{len(frame)} records of {args.data}, continuous columns blurred by {args.scale} bins -> {args.out}")

@@ -230,14 +230,16 @@ class MarginalFeatures(nn.Module):
             units.append(torch.where(norm > 0, block / torch.where(norm > 0, norm, torch.ones_like(norm)), uniform))
         return units
 
+    @staticmethod
+    def row_products(first: torch.Tensor, others: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Row by row, the flattened tensor product first_i x others[0]_i x .. (n, product of the widths)."""
+        for u in others:
+            first = (first[:, :, None] * u[:, None, :]).flatten(1)
+        return first
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         units = self.columns(x)
-        parts = []
-        for s in self.sets:
-            prod = units[s[0]]
-            for c in s[1:]:
-                prod = (prod[:, :, None] * units[c][:, None, :]).flatten(1)
-            parts.append(prod)
+        parts = [self.row_products(units[s[0]], [units[c] for c in s[1:]]) for s in self.sets]
         return torch.cat(parts, 1) / math.sqrt(len(self.sets))
 
     def class_sums(self, x: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
@@ -246,12 +248,8 @@ class MarginalFeatures(nn.Module):
         memory than the rows for three columns of 10)."""
         units = self.columns(x)
         weight = onehot.to(units[0].dtype)
-        parts = []
-        for s in self.sets:
-            left = weight
-            for c in s[:-1]:
-                left = (left[:, :, None] * units[c][:, None, :]).flatten(1)
-            parts.append((left.T @ units[s[-1]]).reshape(weight.shape[1], -1))
+        parts = [(self.row_products(weight, [units[c] for c in s[:-1]]).T @ units[s[-1]]).reshape(weight.shape[1], -1)
+                 for s in self.sets]
         return torch.cat(parts, 1) / math.sqrt(len(self.sets))
 
     def mmd_loss(self, x: torch.Tensor, y: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

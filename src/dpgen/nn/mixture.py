@@ -9,8 +9,9 @@ from torch import nn
 
 
 class GeneratorMixture(nn.Module):
-    """G(z, y) with row i from members[i mod k] (k the members, or the rows if fewer): the rows of every label are shared out evenly among the members
-    whatever the order of the labels. `one_hot` (a table's category blocks, nn/mixed_table.py) is the members'."""
+    """G(z, y) with row i from members[i mod k] (k the members, or the rows if fewer): the rows of every label are
+    shared out evenly among the members whatever the order of the labels. `one_hot` (a table's category blocks,
+    nn/mixed_table.py) is the members'."""
 
     def __init__(self, members: Sequence[nn.Module]):
         super().__init__()
