@@ -50,6 +50,7 @@ ADDED_SINCE = {
     "method.module.guide": None,  # DP-MERF without a guide (its second release)
     "method.module.lr_decay": None,  # DP-MERF's generator at its constant rate
     "method.module.generator.members": 1,  # DP-MERF with one generator
+    "method.module.relabel": None,  # DP-MERF's samples with the labels the generator drew them for
     "method.module.critic_fakes": "own",  # GS-WGAN's fakes as its loop drew them
     "method.module.ema_decay": 0.0,  # the trained generator released, no moving average
     # the non-private GAN's rows predate the three selection protocols and the downstream options: the CNN of
@@ -166,12 +167,13 @@ def test_every_file_composes_under_its_name(name):
         assert cell == cfg.data.name
     else:
         # a variant of the method's cell names its option: _guide (method.module.guide), _marginals
-        # (method.module.features with a marginals block), _ablation_<name>
-        assert re.fullmatch(rf"{cfg.data.name}_eps{float(cfg.privacy.epsilon):g}(_ablation_[\w.-]+|_guide|_marginals)?",
-                            cell)
+        # (method.module.features with a marginals block), _relabel (method.module.relabel), _ablation_<name>
+        assert re.fullmatch(rf"{cfg.data.name}_eps{float(cfg.privacy.epsilon):g}"
+                            r"(_ablation_[\w.-]+|_guide|_marginals(_relabel)?)?", cell)
         assert cell.endswith("_guide") == bool(cfg.method.module.get("guide") is not None)
+        assert cell.endswith("_relabel") == bool(cfg.method.module.get("relabel") is not None)
         kinds = [block["kind"] for block in (cfg.method.module.get("features") or [])]
-        assert cell.endswith("_marginals") == ("marginals" in kinds)
+        assert ("_marginals" in cell) == ("marginals" in kinds)
 
 
 @pytest.mark.parametrize("name", sorted(CELLS))

@@ -6,9 +6,12 @@ import warnings
 import lightning.pytorch as pl
 import pytest
 import torch
+from sklearn.linear_model import LogisticRegression
 
 from dpgen.aggregation.mean_embedding import MECHANISM
 from dpgen.data.base import DPGenDataModule, TensorData
+from dpgen.methods import labeller
+from dpgen.methods.base import PrivateGenerator
 from dpgen.methods.dpmerf import DPMERF
 from dpgen.methods.guide import TABLE_HIDDEN, quotas, relabel
 from dpgen.privacy.two_stage import DPSGD
@@ -186,3 +189,55 @@ def test_a_mixture_of_generators_trains_each_member_on_the_one_release_and_sampl
         assert (means - truth).abs().mean().item() < 0.25 * before
     with pytest.raises(ValueError, match="members must be >= 1"):
         tiny(generator={"members": 0})
+
+
+def test_relabel_logistic_labels_the_samples_by_a_regression_fitted_on_the_generators_own_samples():
+    """method.module.relabel=logistic: no second release (the ledger holds the one Gaussian release alone), the
+    labeller is refitted only after the generator moves, and the samples are labelled at the released class shares,
+    the records likeliest to be class 1 under scikit-learn's regression fitted on the generator's own (x, y) first."""
+    torch.manual_seed(0)
+    model = tiny(relabel="logistic")
+    fit(model, 150)
+    assert list(model.ledger.summary(1e-5)["mechanisms"]) == [MECHANISM]
+    first = model.labeller
+    shares = model.class_probs.tolist()
+    assert model.labeller is first and model.release()["labeller"] is first
+    assert model.release()["labeller_shares"] == shares
+    x, y = model.sample(400, torch.arange(400) % 2)
+    with torch.random.fork_rng():  # the labeller is the regression of the generator's own samples
+        torch.manual_seed(0)
+        gx, gy = PrivateGenerator.sample(model, labeller.SAMPLES)
+    regression = LogisticRegression(max_iter=5000).fit(gx.double().numpy(), gy.numpy())
+    probs = torch.as_tensor(regression.predict_proba(x.double().numpy()), dtype=torch.float32)
+    assert torch.allclose(first(x).softmax(1), probs, atol=1e-5)
+    assert torch.equal(y, relabel(first, x, shares=shares)) and int(y.sum()) == quotas(shares, 400)[1]
+    real_x, real_y = mixed_table()  # it reads the real classes apart (column 0 alone separates them)
+    assert (relabel(first, real_x) == real_y).float().mean() > 0.9
+    fit(model, 1)  # a step more: fitted again
+    assert model.labeller is not first
+
+
+def test_a_logistic_labeller_is_the_regressions_prediction_and_never_predicts_an_absent_class():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(300, 3, generator=g)
+    y = (x[:, 0] + 0.5 * torch.randn(300, generator=g) > 0).long() * 2  # classes 0 and 2 of three
+    net = labeller.logistic_labeller(x, y, 3)
+    regression = LogisticRegression(max_iter=5000).fit(x.double().numpy(), y.numpy())
+    assert torch.equal(net(x).argmax(1), torch.as_tensor(regression.predict(x.double().numpy())))
+    assert torch.allclose(net(x).softmax(1)[:, [0, 2]], torch.as_tensor(regression.predict_proba(x.double().numpy()),
+                                                                        dtype=torch.float32), atol=1e-5)
+    assert (net(x).softmax(1)[:, 1] == 0).all()
+    with pytest.raises(ValueError, match="at least two classes"):
+        labeller.logistic_labeller(x, torch.zeros(300, dtype=torch.long), 2)
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"relabel": "forest"}, "relabel must be one of"),
+    ({"relabel": "logistic", "conversion": "improved", "guide": {}}, "give one of them"),
+])
+def test_bad_relabel_settings_are_refused(kw, words):
+    with pytest.raises(ValueError, match=words):
+        tiny(**kw)
+    with pytest.raises(ValueError, match="is for tables"):
+        DPMERF((1, 4, 4), 2, "image", epsilon=1.0, delta=1e-5, n_features=20, relabel="logistic",
+               generator={"fc": {"hidden": [8]}})

@@ -14,6 +14,7 @@ from dpgen.aggregation import feature_maps, mean_embedding
 from dpgen.callbacks.checkpoint_io import CheckpointError
 from dpgen.data.base import TensorData
 from dpgen.methods.base import PrivateGenerator
+from dpgen.methods import labeller
 from dpgen.methods.guide import MODES, RULES, GuidedGenerator, guide_net, relabel, train_dpsgd
 from dpgen.nn.fc import FCGenerator
 from dpgen.nn.mixture import GeneratorMixture
@@ -50,6 +51,17 @@ def record_chunks(data: TensorData, size: int) -> Iterator[tuple[torch.Tensor, t
     """The records of `data` in order, `size` at a time: each record read exactly once."""
     for start in range(0, len(data), size):
         yield data[start:start + size]
+
+
+def check_relabel(relabel: str | None, guide: dict | None, kind: str) -> None:
+    """ValueError unless method.module.relabel is one of labeller.KINDS, for a table, without a guide (both label
+    the samples)."""
+    if relabel not in labeller.KINDS:
+        raise ValueError(f"method.module.relabel must be one of {labeller.KINDS}, got {relabel!r}")
+    if relabel is not None and guide is not None:
+        raise ValueError("method.module.relabel and method.module.guide both label the samples: give one of them")
+    if relabel is not None and kind != "table":
+        raise ValueError(f"method.module.relabel={relabel} is for tables (measured there only), not {kind} data")
 
 
 def check_guide(guide: dict, conversion: str, kind: str = "image") -> dict:
@@ -96,7 +108,8 @@ class DPMERF(PrivateGenerator):
                  batch_size: int = 500, n_features: int = 10_000, bandwidth: float | list[float] | None = None,
                  count_feature: float = 0.2, z_dim: int = 20, lr: float = 1e-2, labels: str | None = None,
                  chunk_size: int = 4096, features: list[dict] | None = None, lr_decay: str | None = None,
-                 generator: dict | None = None, guide: dict | None = None, seed: int = 0):
+                 generator: dict | None = None, guide: dict | None = None, relabel: str | None = None,
+                 seed: int = 0):
         if kind not in KIND_LABELS:
             raise ValueError(f"method=dpmerf supports image and table data, not {kind!r}")
         labels = KIND_LABELS[kind] if labels is None else labels
@@ -105,6 +118,7 @@ class DPMERF(PrivateGenerator):
         guide_spec = None if guide is None else check_guide(guide, conversion, kind)
         if lr_decay not in LR_DECAYS:
             raise ValueError(f"method.module.lr_decay must be one of {LR_DECAYS}, got {lr_decay!r}")
+        check_relabel(relabel, guide, kind)
         if conversion == "pld":
             raise ValueError("method=dpmerf makes one Gaussian release, for which privacy.conversion=gdp is exact: "
                              "use gdp (pld would only add discretization error)")
@@ -114,6 +128,8 @@ class DPMERF(PrivateGenerator):
         super().__init__(shape, num_classes, kind, z_dim=z_dim, generator=generator)
         self.latent_dist = "normal"  # DP-MERF's code draws z ~ N(0, I)
         self.guide_spec = guide_spec
+        self.relabel, self.relabel_seed = relabel, seed
+        self.fitted_labeller: tuple[int, nn.Module] | None = None  # (global_step, labeller) of relabel=logistic
         self.epsilon, self.delta, self.conversion = float(epsilon), float(delta), conversion
         self.batch_size, self.lr, self.labels, self.chunk_size = int(batch_size), float(lr), labels, int(chunk_size)
         self.count_feature = float(count_feature)
@@ -255,24 +271,38 @@ class DPMERF(PrivateGenerator):
 
     @property
     def labeller(self) -> nn.Module | None:
-        """With a guide in mode=relabel: the guide, whose class labels each sample (methods/guide.py `relabel`)."""
+        """With a guide in mode=relabel: the guide, whose classes label the samples (methods/guide.py `relabel`); with
+        relabel=logistic: a logistic regression fitted on labeller.SAMPLES of the generator's own samples (drawn
+        under a forked RNG seeded with the run's seed), fitted again when the generator has taken steps since; its
+        probabilities label the samples at the released class shares (`labeller_shares`)."""
+        if self.relabel is not None:
+            if self.fitted_labeller is None or self.fitted_labeller[0] != self.global_step:
+                with torch.random.fork_rng():
+                    torch.manual_seed(self.relabel_seed)
+                    x, y = super().sample(labeller.SAMPLES)
+                self.fitted_labeller = (self.global_step, labeller.logistic_labeller(x, y, self.num_classes))
+            return self.fitted_labeller[1]
         return self.guide_net if self.guide_spec is not None and self.guide_spec["mode"] == "relabel" else None
 
     @property
     def labeller_shares(self) -> list[float] | None:
-        """With guide.rule=shares, the class shares the labeller's labels keep (`match_shares`): the released class
-        shares (labels=released) or equal ones (balanced), both public or released; None for the argmax."""
-        if self.labeller is None or self.guide_spec["rule"] != "shares":
+        """With guide.rule=shares or relabel=logistic, the class shares the labeller's labels keep (`match_shares`):
+        the released class shares (labels=released) or equal ones (balanced), both public or released; None for the
+        argmax."""
+        guide = self.guide_spec
+        guided = guide is not None and guide["mode"] == "relabel" and guide["rule"] == "shares"
+        if self.relabel is None and not guided:
             return None
         return [1 / self.num_classes] * self.num_classes if self.class_probs is None else self.class_probs.tolist()
 
     def sample(self, n: int, labels: torch.Tensor | None = None, batch_size: int = 1000):
-        """`(x, y)` as the base class draws them, y replaced by the guide's classes in mode=relabel."""
+        """`(x, y)` as the base class draws them, y replaced by the labeller's classes (a guide in mode=relabel, or
+        relabel=logistic)."""
         x, y = super().sample(n, labels, batch_size)
         return (x, y) if self.labeller is None else (x, relabel(self.labeller, x, batch_size, self.labeller_shares))
 
     def release(self) -> dict:
-        """The base release and, in mode=relabel, the guide that labels the samples (generate.py)."""
+        """The base release and the labeller of the samples, if any (generate.py)."""
         return {**super().release(), "labeller": self.labeller, "labeller_shares": self.labeller_shares}
 
     def feature_record(self) -> dict:
