@@ -1,6 +1,6 @@
 """Probe (issue 86): DP-SGD logistic regression as a table's guide, with tail averaging of the iterates (post-processing) and
 inputs shifted by the public constant 0.5; AUROC on a held-out fifth of the training split and on the test split.
-Usage: PYTHONPATH=experiments/dpmerf_guide python experiments/dpmerf_tables/dp_logistic_average_probe.py DATA EPS"""
+Usage: PYTHONPATH=experiments/dpmerf_guide:experiments/dpmerf_tables python experiments/dpmerf_tables/dp_logistic_average_probe.py DATA EPS"""
 import itertools
 import sys
 
@@ -13,17 +13,10 @@ from torch.optim.swa_utils import AveragedModel
 from dpgen.aggregation.mean_embedding import sensitivity
 from dpgen.methods import guide as guide_mod
 from dpgen.privacy import two_stage
-from probe_data import datamodule
+from held_out import held_out_split
 
 data, eps = sys.argv[1], float(sys.argv[2])
-dm = datamodule(data)
-tx, ty = dm.train_data[:]
-sx, sy = dm.test_data[:]
-tx, sx = tx.reshape(len(tx), -1).float(), sx.reshape(len(sx), -1).float()
-g = torch.Generator().manual_seed(1)
-perm = torch.randperm(len(tx), generator=g)
-cut = len(tx) // 5
-vx, vy, fx, fy = tx[perm[:cut]], ty[perm[:cut]], tx[perm[cut:]], ty[perm[cut:]]
+(tx, ty), (fx, fy), (vx, vy), (sx, sy) = held_out_split(data)
 
 
 class Shift(nn.Module):

@@ -1,6 +1,6 @@
 """Probe (issue 86): DP-SGD logistic regression as HI's guide at eps = 10 (half the budget), a grid of its settings, scored by
 AUROC on a held-out fifth of the training split (and on the real test split, for reference).
-Usage: PYTHONPATH=experiments/dpmerf_guide python experiments/dpmerf_tables/dp_logistic_guide_probe.py DATA EPS"""
+Usage: PYTHONPATH=experiments/dpmerf_guide:experiments/dpmerf_tables python experiments/dpmerf_tables/dp_logistic_guide_probe.py DATA EPS"""
 import itertools
 import sys
 
@@ -11,17 +11,10 @@ from torch import nn
 from dpgen.aggregation.mean_embedding import sensitivity
 from dpgen.methods.guide import train_dpsgd
 from dpgen.privacy import two_stage
-from probe_data import datamodule
+from held_out import held_out_split
 
 data, eps = sys.argv[1], float(sys.argv[2])
-dm = datamodule(data)
-tx, ty = dm.train_data[:]
-sx, sy = dm.test_data[:]
-tx, sx = tx.reshape(len(tx), -1).float(), sx.reshape(len(sx), -1).float()
-g = torch.Generator().manual_seed(1)
-perm = torch.randperm(len(tx), generator=g)
-cut = len(tx) // 5
-vx, vy, fx, fy = tx[perm[:cut]], ty[perm[:cut]], tx[perm[cut:]], ty[perm[cut:]]
+(tx, ty), (fx, fy), (vx, vy), (sx, sy) = held_out_split(data)
 for epochs, batch, lr, clip in itertools.product([20, 60, 150], [512, 2048], [0.5, 2, 8], [1.0]):
     plan = two_stage.plan(eps, 1e-5, sensitivity(0.2), 0.5, batch, epochs, len(tx))
     torch.manual_seed(0)

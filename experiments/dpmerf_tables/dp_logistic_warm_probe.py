@@ -1,7 +1,7 @@
 """Probe (issue 86): DP-SGD logistic regression as a table's guide, warm-started from a logistic regression fitted on the
 kept run's own synthetic records (post-processing of its release, no privacy cost); AUROC on a held-out fifth of
 the training split and on the test split. Usage:
-PYTHONPATH=experiments/dpmerf_guide python experiments/dpmerf_tables/dp_logistic_warm_probe.py RUN DATA EPS SHARE"""
+PYTHONPATH=experiments/dpmerf_guide:experiments/dpmerf_tables python experiments/dpmerf_tables/dp_logistic_warm_probe.py RUN DATA EPS SHARE"""
 import itertools
 import sys
 from pathlib import Path
@@ -17,17 +17,10 @@ from dpgen.aggregation.mean_embedding import sensitivity
 from dpgen.cli.generate import load_release, sample
 from dpgen.methods import guide as guide_mod
 from dpgen.privacy import two_stage
-from probe_data import datamodule
+from held_out import held_out_split
 
 run, data, eps, share = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
-dm = datamodule(data)
-tx, ty = dm.train_data[:]
-sx, sy = dm.test_data[:]
-tx, sx = tx.reshape(len(tx), -1).float(), sx.reshape(len(sx), -1).float()
-g = torch.Generator().manual_seed(1)
-perm = torch.randperm(len(tx), generator=g)
-cut = len(tx) // 5
-vx, vy, fx, fy = tx[perm[:cut]], ty[perm[:cut]], tx[perm[cut:]], ty[perm[cut:]]
+(tx, ty), (fx, fy), (vx, vy), (sx, sy) = held_out_split(data)
 release = load_release(run)
 x, y = sample(release, len(tx), 0, 1000)
 synth = LogisticRegression(max_iter=3000).fit(x.reshape(len(x), -1).numpy(), y.numpy())
