@@ -13,8 +13,8 @@ from torch import nn
 from dpgen.aggregation import feature_maps, mean_embedding
 from dpgen.callbacks.checkpoint_io import CheckpointError
 from dpgen.data.base import TensorData
-from dpgen.methods.base import PrivateGenerator
 from dpgen.methods import labeller
+from dpgen.methods.base import PrivateGenerator
 from dpgen.methods.guide import MODES, RULES, GuidedGenerator, guide_net, relabel, train_dpsgd
 from dpgen.nn.fc import FCGenerator
 from dpgen.nn.mixture import GeneratorMixture
@@ -299,7 +299,8 @@ class DPMERF(PrivateGenerator):
         """`(x, y)` as the base class draws them, y replaced by the labeller's classes (a guide in mode=relabel, or
         relabel=logistic)."""
         x, y = super().sample(n, labels, batch_size)
-        return (x, y) if self.labeller is None else (x, relabel(self.labeller, x, batch_size, self.labeller_shares))
+        labeller_net = self.labeller  # relabel=logistic: fitted here if the generator moved since
+        return (x, y) if labeller_net is None else (x, relabel(labeller_net, x, batch_size, self.labeller_shares))
 
     def release(self) -> dict:
         """The base release and the labeller of the samples, if any (generate.py)."""
